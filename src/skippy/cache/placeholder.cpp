@@ -1,0 +1,1 @@
+// The cache core lands in the next commit.

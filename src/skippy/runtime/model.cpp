@@ -1,0 +1,185 @@
+#include "skippy/runtime/model.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "skippy/common/strings.h"
+#include "gguf.h"
+#include "llama.h"
+#include "skippy/runtime/llama_backend.h"
+
+namespace skippy::runtime {
+
+Status CheckGgufFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return absl::NotFoundError(StrCat("no model file at ", path));
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(StrCat("cannot stat ", path, ": ", ec.message()));
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+    if (!f) return absl::NotFoundError(StrCat("cannot open ", path));
+    char magic[4] = {};
+    if (std::fread(magic, 1, 4, f.get()) != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+      return absl::InvalidArgumentError(StrCat(path, " is not a GGUF file (bad magic)"));
+    }
+  }
+  EnsureLlamaBackend();
+  gguf_init_params params = {/*no_alloc=*/true, /*ctx=*/nullptr};
+  std::unique_ptr<gguf_context, void (*)(gguf_context*)> ctx(gguf_init_from_file(path.c_str(), params), &gguf_free);
+  if (!ctx) {
+    return absl::DataLossError(StrCat(path, " is a corrupt or truncated GGUF (header unreadable): ",
+                                            TakeLlamaLogTail()));
+  }
+  const uint64_t data_offset = gguf_get_data_offset(ctx.get());
+  uint64_t end = data_offset;
+  for (int64_t i = 0; i < gguf_get_n_tensors(ctx.get()); ++i) {
+    end = std::max<uint64_t>(end, data_offset + gguf_get_tensor_offset(ctx.get(), i) + gguf_get_tensor_size(ctx.get(), i));
+  }
+  if (end > size) {
+    return absl::DataLossError(StrCat(path, " is truncated: tensor data needs ", end, " bytes, file has ", size));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelOptions& options) {
+  SKIPPY_RETURN_IF_ERROR(CheckGgufFile(path));
+  EnsureLlamaBackend();
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = options.n_gpu_layers;
+  mp.load_mode = options.use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+  llama_model* m = llama_model_load_from_file(path.c_str(), mp);
+  if (m == nullptr) {
+    return absl::InvalidArgumentError(StrCat("llama.cpp cannot load ", path, ": ", TakeLlamaLogTail()));
+  }
+  return std::unique_ptr<Model>(new Model(path, m));
+}
+
+Model::~Model() { llama_model_free(model_); }
+
+std::optional<std::string> Model::MetaString(const std::string& key) const {
+  char buf[512];
+  const int32_t n = llama_model_meta_val_str(model_, key.c_str(), buf, sizeof buf);
+  if (n < 0) return std::nullopt;
+  if (static_cast<size_t>(n) < sizeof buf) return std::string(buf, static_cast<size_t>(n));
+  std::string big(static_cast<size_t>(n) + 1, '\0');
+  llama_model_meta_val_str(model_, key.c_str(), big.data(), big.size());
+  big.resize(static_cast<size_t>(n));
+  return big;
+}
+
+std::string Model::arch() const { return MetaString("general.architecture").value_or(""); }
+int32_t Model::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
+int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_); }
+uint64_t Model::n_params() const { return llama_model_n_params(model_); }
+
+StatusOr<std::vector<Token>> Model::Tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  if (text.size() > static_cast<size_t>(INT32_MAX / 2)) return absl::InvalidArgumentError("text too long to tokenize");
+  std::vector<Token> out(text.size() + 8);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out.data(),
+                             static_cast<int32_t>(out.size()), add_special, parse_special);
+  if (n < 0) {
+    out.resize(static_cast<size_t>(-n));
+    n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out.data(),
+                       static_cast<int32_t>(out.size()), add_special, parse_special);
+  }
+  if (n < 0) return absl::InvalidArgumentError("tokenization failed");
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+Status Model::ValidateTokens(std::span<const Token> tokens) const {
+  const int32_t nv = n_vocab();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= nv) {
+      return absl::InvalidArgumentError(
+          StrCat("token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ", nv, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<std::string> Model::Detokenize(std::span<const Token> tokens) const {
+  SKIPPY_RETURN_IF_ERROR(ValidateTokens(tokens));
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::string out(tokens.size() * 8 + 16, '\0');
+  int32_t n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
+                               static_cast<int32_t>(out.size()), /*remove_special=*/false, /*unparse_special=*/true);
+  if (n < 0) {
+    out.resize(static_cast<size_t>(-n));
+    n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
+                         static_cast<int32_t>(out.size()), false, true);
+  }
+  if (n < 0) return absl::InternalError("detokenization failed");
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+StatusOr<std::unique_ptr<Context>> Context::Create(const Model& model, const ContextOptions& options) {
+  if (options.n_ctx == 0 || options.n_batch == 0 || options.n_ubatch == 0 || options.n_seq_max == 0) {
+    return absl::InvalidArgumentError("context sizes must be positive");
+  }
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = options.n_ctx;
+  cp.n_batch = options.n_batch;
+  cp.n_ubatch = options.n_ubatch;
+  cp.n_seq_max = options.n_seq_max;
+  cp.n_threads = options.n_threads;
+  cp.n_threads_batch = options.n_threads;
+  cp.flash_attn_type = options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.kv_unified = options.kv_unified;
+  cp.swa_full = options.swa_full;
+  cp.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model.raw(), cp);
+  if (ctx == nullptr) {
+    return absl::InvalidArgumentError(StrCat("llama.cpp cannot create a context: ", TakeLlamaLogTail()));
+  }
+  // llama.cpp may adjust sizes (n_batch is clamped to n_ctx, n_ctx is padded): record what it uses.
+  ContextOptions effective = options;
+  effective.n_ctx = llama_n_ctx(ctx);
+  effective.n_batch = llama_n_batch(ctx);
+  effective.n_ubatch = llama_n_ubatch(ctx);
+  return std::unique_ptr<Context>(new Context(model, effective, ctx));
+}
+
+Context::~Context() { llama_free(ctx_); }
+
+void Context::ClearSequence(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
+
+StatusOr<std::vector<float>> Context::Decode(std::span<const Token> tokens, int32_t pos0, int32_t seq) {
+  if (tokens.empty()) return absl::InvalidArgumentError("nothing to decode: empty token list");
+  SKIPPY_RETURN_IF_ERROR(model_.ValidateTokens(tokens));
+  const uint32_t n_ctx = llama_n_ctx(ctx_);
+  if (pos0 < 0 || static_cast<uint64_t>(pos0) + tokens.size() > n_ctx) {
+    return absl::InvalidArgumentError(StrCat("positions ", pos0, "..", pos0 + tokens.size(),
+                                                   " do not fit the context of ", n_ctx, " tokens"));
+  }
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq_max) {
+    return absl::InvalidArgumentError(StrCat("sequence id ", seq, " outside [0, ", options_.n_seq_max, ")"));
+  }
+  const size_t chunk = llama_n_batch(ctx_);
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(chunk), 0, 1);
+  std::unique_ptr<llama_batch, void (*)(llama_batch*)> guard(&batch, [](llama_batch* b) { llama_batch_free(*b); });
+  for (size_t start = 0; start < tokens.size(); start += chunk) {
+    const size_t n = std::min(chunk, tokens.size() - start);
+    batch.n_tokens = static_cast<int32_t>(n);
+    for (size_t i = 0; i < n; ++i) {
+      batch.token[i] = tokens[start + i];
+      batch.pos[i] = pos0 + static_cast<int32_t>(start + i);
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = seq;
+      batch.logits[i] = (start + i + 1 == tokens.size()) ? 1 : 0;
+    }
+    const int32_t rc = llama_decode(ctx_, batch);
+    if (rc != 0) {
+      return absl::InternalError(StrCat("llama_decode failed (", rc, "): ", TakeLlamaLogTail()));
+    }
+  }
+  const float* logits = llama_get_logits_ith(ctx_, -1);
+  if (logits == nullptr) return absl::InternalError("llama.cpp returned no logits");
+  return std::vector<float>(logits, logits + model_.n_vocab());
+}
+
+}  // namespace skippy::runtime

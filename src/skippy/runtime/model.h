@@ -1,0 +1,106 @@
+// Loading GGUF models and running them: the runtime adapter's thin, checked layer over llama.cpp.
+//
+// Model owns a llama_model; Context owns a llama_context created from a Model (the Model must
+// outlive it). Every entry point validates its input first and turns llama.cpp failures into a
+// Status, so bad input (a truncated file, a non-GGUF file, an out-of-range token, a prompt longer
+// than the context) never reaches a llama.cpp abort.
+//
+// Thread-safety: a Model is immutable after Load and may be shared; a Context is used by one thread
+// at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "skippy/common/status.h"
+
+struct llama_model;
+struct llama_context;
+
+namespace skippy::runtime {
+
+using Token = int32_t;
+
+// Checks that `path` is a readable, complete GGUF file: magic, parsable header, and tensor data
+// inside the file. InvalidArgument for a file that is not GGUF, DataLoss for a truncated or
+// corrupt one, NotFound when it does not exist.
+Status CheckGgufFile(const std::string& path);
+
+struct ModelOptions {
+  int n_gpu_layers = 0;
+  bool use_mmap = true;
+};
+
+class Model {
+ public:
+  [[nodiscard]] static StatusOr<std::unique_ptr<Model>> Load(const std::string& path, const ModelOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string arch() const;
+  int32_t n_vocab() const;
+  int32_t n_ctx_train() const;
+  uint64_t n_params() const;
+  // A string metadata value, if present.
+  std::optional<std::string> MetaString(const std::string& key) const;
+
+  // InvalidArgument if the text cannot be tokenized.
+  StatusOr<std::vector<Token>> Tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
+  // InvalidArgument for token ids outside [0, n_vocab).
+  StatusOr<std::string> Detokenize(std::span<const Token> tokens) const;
+  Status ValidateTokens(std::span<const Token> tokens) const;
+
+  llama_model* raw() const { return model_; }
+
+ private:
+  Model(std::string path, llama_model* model) : path_(std::move(path)), model_(model) {}
+  std::string path_;
+  llama_model* model_;
+};
+
+struct ContextOptions {
+  uint32_t n_ctx = 4096;
+  uint32_t n_batch = 512;
+  uint32_t n_ubatch = 512;
+  int n_threads = 2;
+  bool flash_attn = false;  // explicit: never "auto", so V layout is the same in every context
+  uint32_t n_seq_max = 1;
+  bool kv_unified = true;
+  bool swa_full = false;
+};
+
+class Context {
+ public:
+  [[nodiscard]] static StatusOr<std::unique_ptr<Context>> Create(const Model& model, const ContextOptions& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Decodes `tokens` into sequence `seq` at positions [pos0, pos0 + size) in chunks of n_batch and
+  // returns the logits of the last token. REQUIRES: tokens non-empty and valid for the model,
+  // pos0 + size <= n_ctx (InvalidArgument otherwise).
+  StatusOr<std::vector<float>> Decode(std::span<const Token> tokens, int32_t pos0, int32_t seq = 0);
+  // Removes every cell of `seq`.
+  void ClearSequence(int32_t seq);
+
+  // The effective settings (llama.cpp may clamp n_batch to n_ctx and pad n_ctx).
+  const ContextOptions& options() const { return options_; }
+  const Model& model() const { return model_; }
+  llama_context* raw() const { return ctx_; }
+
+ private:
+  Context(const Model& model, ContextOptions options, llama_context* ctx)
+      : model_(model), options_(options), ctx_(ctx) {}
+  const Model& model_;
+  ContextOptions options_;
+  llama_context* ctx_;
+};
+
+}  // namespace skippy::runtime
