@@ -1,1 +1,0 @@
-// The cache core lands in the next commit.

@@ -1,0 +1,76 @@
+#include "skippy/cache/record_plan.h"
+
+#include <algorithm>
+#include <string>
+
+namespace skippy::cache {
+
+StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOptions& options) {
+  const size_t n = prompt.n_tokens;
+  if (n == 0) return absl::InvalidArgumentError("record plan: empty prompt");
+  if (options.restored_tokens > n) {
+    return absl::InvalidArgumentError("record plan: restored_tokens " + std::to_string(options.restored_tokens) +
+                                      " exceeds the prompt length " + std::to_string(n));
+  }
+  size_t prev = 0;
+  for (size_t b : prompt.message_boundaries) {
+    if (b == 0 || b > n || b <= prev) {
+      return absl::InvalidArgumentError("record plan: message boundaries must be ascending and in (0, " +
+                                        std::to_string(n) + "]; got " + std::to_string(b));
+    }
+    prev = b;
+  }
+  if (prompt.final_user_turn_start && *prompt.final_user_turn_start > n) {
+    return absl::InvalidArgumentError("record plan: final_user_turn_start beyond the prompt");
+  }
+
+  std::vector<size_t> candidates;
+  if (options.include_full_prompt) candidates.push_back(n);
+  std::optional<size_t> turn = prompt.final_user_turn_start;
+  if (!turn) {
+    for (auto it = prompt.message_boundaries.rbegin(); it != prompt.message_boundaries.rend(); ++it) {
+      if (*it < n) {
+        turn = *it;
+        break;
+      }
+    }
+  }
+  if (turn && *turn > 0) candidates.push_back(*turn);
+  if (options.stride > 0) {
+    for (size_t g = (n / options.stride) * options.stride; g >= options.stride; g -= options.stride) {
+      candidates.push_back(g);
+    }
+  }
+
+  RecordPlan plan;
+  const size_t limit = ServesShorterPrefixes(options.kind) ? std::min<size_t>(options.max_records, 1)
+                                                           : options.max_records;
+  for (size_t c : candidates) {
+    if (plan.boundaries.size() >= limit) break;
+    if (c <= options.restored_tokens || c < options.min_tokens) continue;
+    if (std::find(plan.boundaries.begin(), plan.boundaries.end(), c) != plan.boundaries.end()) continue;
+    uint64_t charge = options.bytes_per_token * c + options.bytes_per_record;
+    if (charge > options.max_bytes - plan.planned_bytes) continue;  // a shorter one may still fit
+    plan.boundaries.push_back(c);
+    plan.planned_bytes += charge;
+  }
+  std::sort(plan.boundaries.begin(), plan.boundaries.end());
+
+  std::vector<size_t> stops = plan.boundaries;
+  if (stops.empty() || stops.back() != n) stops.push_back(n);
+  size_t at = options.restored_tokens;
+  for (size_t stop : stops) {
+    if (stop <= at) continue;
+    if (options.max_chunk_tokens > 0) {
+      while (stop - at > options.max_chunk_tokens) {
+        at += options.max_chunk_tokens;
+        plan.chunk_ends.push_back(at);
+      }
+    }
+    plan.chunk_ends.push_back(stop);
+    at = stop;
+  }
+  return plan;
+}
+
+}  // namespace skippy::cache

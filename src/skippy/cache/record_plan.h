@@ -1,0 +1,62 @@
+// Record planning: which prefix lengths of a prompt to record after (really: during) prefill.
+//
+// Recurrent state cannot be cut after the fact, so for kKvRecurrent (and the diagnostic kinds) the
+// boundaries must be chosen before prefill and prefill must stop at each of them to capture state:
+// the plan's chunk_ends are the chunk boundaries for chunked prefill. For kResidentKv one record of
+// the longest planned boundary already serves every shorter prefix, so the plan holds at most one
+// boundary.
+//
+// Candidates, in priority order, each kept only if it is > restored_tokens, >= min_tokens and fits
+// the budget (max_records, max_bytes):
+//   1. the full prompt (if include_full_prompt);
+//   2. the last message boundary before the final user turn (the system prompt + history that the
+//      next turn of the same conversation will share);
+//   3. the stride grid: every multiple of `stride`, longest first.
+//
+// Thread-safety: pure function.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "skippy/cache/payload_kind.h"
+#include "skippy/common/status.h"
+
+namespace skippy::cache {
+
+struct PromptShape {
+  size_t n_tokens = 0;
+  // Token offsets where one chat message ends and the next begins, ascending, in (0, n_tokens].
+  std::vector<size_t> message_boundaries;
+  // Offset where the final user turn starts; defaults to the last message boundary < n_tokens.
+  std::optional<size_t> final_user_turn_start;
+};
+
+struct RecordPlanOptions {
+  PayloadKind kind = PayloadKind::kResidentKv;
+  size_t stride = 0;              // grid spacing in tokens; 0 = no grid
+  size_t min_tokens = 1;          // never record a shorter prefix
+  size_t max_records = 4;         // budget: boundaries per prompt
+  uint64_t bytes_per_token = 0;   // charge estimate: bytes_per_token * length + bytes_per_record
+  uint64_t bytes_per_record = 0;  //   (recurrent state is a fixed size per record)
+  uint64_t max_bytes = std::numeric_limits<uint64_t>::max();  // budget: sum of charges
+  size_t restored_tokens = 0;     // already served from the cache; prefill starts here
+  size_t max_chunk_tokens = 0;    // split prefill chunks to at most this many tokens; 0 = no limit
+  bool include_full_prompt = true;
+};
+
+struct RecordPlan {
+  std::vector<size_t> boundaries;  // prefix lengths to record: ascending, unique
+  std::vector<size_t> chunk_ends;  // prefill chunk ends after restored_tokens: ascending, unique,
+                                   // containing every boundary and n_tokens
+  uint64_t planned_bytes = 0;
+};
+
+// InvalidArgument for an empty prompt, boundaries out of order or out of range, or
+// restored_tokens > n_tokens.
+[[nodiscard]] StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOptions& options);
+
+}  // namespace skippy::cache

@@ -1,0 +1,89 @@
+#include "skippy/cache/record_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace skippy::cache {
+namespace {
+
+TEST(RecordPlan, ResidentKvRecordsOnlyTheFullPrompt) {
+  PromptShape p{1000, {200, 700}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kResidentKv;
+  o.stride = 256;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({1000}));
+  EXPECT_EQ(plan->chunk_ends, std::vector<size_t>({1000}));
+}
+
+TEST(RecordPlan, RecurrentRecordsFullPromptTurnBoundaryAndGrid) {
+  PromptShape p{1000, {200, 700}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 256;
+  o.max_records = 8;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({256, 512, 700, 768, 1000}));
+  EXPECT_EQ(plan->chunk_ends, plan->boundaries);
+}
+
+TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
+  PromptShape p{1000, {200, 700}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 256;
+  o.max_records = 3;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 768, 1000}));
+}
+
+TEST(RecordPlan, ByteBudgetSkipsWhatDoesNotFit) {
+  PromptShape p{1000, {}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 250;
+  o.max_records = 10;
+  o.bytes_per_token = 1;
+  o.bytes_per_record = 100;
+  o.max_bytes = 1500;  // 1000+100 fits; then 750+100 does not, 500+100 does not, 250+100 fits
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({250, 1000}));
+  EXPECT_EQ(plan->planned_bytes, 1450u);
+}
+
+TEST(RecordPlan, BoundariesStartAfterRestoredPrefixAndChunksAreBounded) {
+  PromptShape p{1000, {}, 600};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.restored_tokens = 512;
+  o.max_chunk_tokens = 200;
+  o.stride = 256;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({600, 768, 1000}));
+  EXPECT_EQ(plan->chunk_ends, std::vector<size_t>({600, 768, 968, 1000}));
+}
+
+TEST(RecordPlan, BadInputIsRefused) {
+  RecordPlanOptions o;
+  EXPECT_EQ(PlanRecords({0, {}, std::nullopt}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanRecords({10, {5, 3}, std::nullopt}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanRecords({10, {11}, std::nullopt}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.restored_tokens = 11;
+  EXPECT_EQ(PlanRecords({10, {}, std::nullopt}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RecordPlan, ExactRepeatNeedsNoPrefill) {
+  RecordPlanOptions o;
+  o.restored_tokens = 10;
+  auto plan = PlanRecords({10, {}, std::nullopt}, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->boundaries.empty());
+  EXPECT_TRUE(plan->chunk_ends.empty());
+}
+
+}  // namespace
+}  // namespace skippy::cache
