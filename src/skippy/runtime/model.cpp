@@ -6,13 +6,14 @@
 #include <memory>
 
 #include "skippy/common/strings.h"
+#include "ggml.h"
 #include "gguf.h"
 #include "llama.h"
 #include "skippy/runtime/llama_backend.h"
 
 namespace skippy::runtime {
 
-Status CheckGgufFile(const std::string& path) {
+StatusOr<GgufSummary> InspectGgufFile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return absl::NotFoundError(StrCat("no model file at ", path));
   const uint64_t size = std::filesystem::file_size(path, ec);
@@ -40,11 +41,18 @@ Status CheckGgufFile(const std::string& path) {
   if (end > size) {
     return absl::DataLossError(StrCat(path, " is truncated: tensor data needs ", end, " bytes, file has ", size));
   }
-  return absl::OkStatus();
+  GgufSummary summary;
+  summary.file_bytes = size;
+  const int64_t arch_key = gguf_find_key(ctx.get(), "general.architecture");
+  if (arch_key >= 0 && gguf_get_kv_type(ctx.get(), arch_key) == GGUF_TYPE_STRING) {
+    summary.arch = gguf_get_val_str(ctx.get(), arch_key);
+  }
+  for (int64_t i = 0; i < gguf_get_n_tensors(ctx.get()); ++i) summary.tensor_names.emplace_back(gguf_get_tensor_name(ctx.get(), i));
+  return summary;
 }
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelOptions& options) {
-  SKIPPY_RETURN_IF_ERROR(CheckGgufFile(path));
+  SKIPPY_ASSIGN_OR_RETURN(GgufSummary summary, InspectGgufFile(path));
   EnsureLlamaBackend();
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = options.n_gpu_layers;
@@ -53,7 +61,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const Mode
   if (m == nullptr) {
     return absl::InvalidArgumentError(StrCat("llama.cpp cannot load ", path, ": ", TakeLlamaLogTail()));
   }
-  return std::unique_ptr<Model>(new Model(path, m));
+  return std::unique_ptr<Model>(new Model(path, m, std::move(summary)));
 }
 
 Model::~Model() { llama_model_free(model_); }
@@ -73,6 +81,21 @@ std::string Model::arch() const { return MetaString("general.architecture").valu
 int32_t Model::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
 int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_); }
 uint64_t Model::n_params() const { return llama_model_n_params(model_); }
+bool Model::is_recurrent() const { return llama_model_is_recurrent(model_); }
+bool Model::is_hybrid() const { return llama_model_is_hybrid(model_); }
+int32_t Model::n_swa() const { return llama_model_n_swa(model_); }
+
+namespace {
+
+StatusOr<ggml_type> ParseKvType(const std::string& name) {
+  for (ggml_type t : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+                      GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL}) {
+    if (name == ggml_type_name(t)) return t;
+  }
+  return absl::InvalidArgumentError(StrCat("unknown KV cache type '", name, "' (f32, f16, bf16, q8_0, q4_0, ...)"));
+}
+
+}  // namespace
 
 StatusOr<std::vector<Token>> Model::Tokenize(std::string_view text, bool add_special, bool parse_special) const {
   const llama_vocab* vocab = llama_model_get_vocab(model_);
@@ -121,7 +144,14 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Model& model, const Con
   if (options.n_ctx == 0 || options.n_batch == 0 || options.n_ubatch == 0 || options.n_seq_max == 0) {
     return absl::InvalidArgumentError("context sizes must be positive");
   }
+  SKIPPY_ASSIGN_OR_RETURN(ggml_type type_k, ParseKvType(options.type_k));
+  SKIPPY_ASSIGN_OR_RETURN(ggml_type type_v, ParseKvType(options.type_v));
+  if (!options.flash_attn && ggml_is_quantized(type_v)) {
+    return absl::InvalidArgumentError("a quantized V cache needs flash attention on");
+  }
   llama_context_params cp = llama_context_default_params();
+  cp.type_k = type_k;
+  cp.type_v = type_v;
   cp.n_ctx = options.n_ctx;
   cp.n_batch = options.n_batch;
   cp.n_ubatch = options.n_ubatch;

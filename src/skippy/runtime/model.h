@@ -26,10 +26,18 @@ namespace skippy::runtime {
 
 using Token = int32_t;
 
+// What a GGUF file says about itself, read without loading tensor data.
+struct GgufSummary {
+  std::string arch;                        // general.architecture ("" if absent)
+  std::vector<std::string> tensor_names;
+  uint64_t file_bytes = 0;
+};
+
 // Checks that `path` is a readable, complete GGUF file: magic, parsable header, and tensor data
 // inside the file. InvalidArgument for a file that is not GGUF, DataLoss for a truncated or
 // corrupt one, NotFound when it does not exist.
-Status CheckGgufFile(const std::string& path);
+StatusOr<GgufSummary> InspectGgufFile(const std::string& path);
+inline Status CheckGgufFile(const std::string& path) { return InspectGgufFile(path).status(); }
 
 struct ModelOptions {
   int n_gpu_layers = 0;
@@ -48,6 +56,11 @@ class Model {
   int32_t n_vocab() const;
   int32_t n_ctx_train() const;
   uint64_t n_params() const;
+  // Tensor names as stored in the GGUF (the family policy looks for recurrent markers).
+  const std::vector<std::string>& tensor_names() const { return summary_.tensor_names; }
+  bool is_recurrent() const;
+  bool is_hybrid() const;
+  int32_t n_swa() const;
   // A string metadata value, if present.
   std::optional<std::string> MetaString(const std::string& key) const;
 
@@ -60,9 +73,11 @@ class Model {
   llama_model* raw() const { return model_; }
 
  private:
-  Model(std::string path, llama_model* model) : path_(std::move(path)), model_(model) {}
+  Model(std::string path, llama_model* model, GgufSummary summary)
+      : path_(std::move(path)), model_(model), summary_(std::move(summary)) {}
   std::string path_;
   llama_model* model_;
+  GgufSummary summary_;
 };
 
 struct ContextOptions {
@@ -72,6 +87,8 @@ struct ContextOptions {
   int n_threads = 2;
   bool flash_attn = false;  // explicit: never "auto", so V layout is the same in every context
   uint32_t n_seq_max = 1;
+  std::string type_k = "f16";  // KV cache element types (f32, f16, bf16, q8_0, q4_0, ...)
+  std::string type_v = "f16";
   bool kv_unified = true;
   bool swa_full = false;
 };

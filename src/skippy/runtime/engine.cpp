@@ -1,0 +1,181 @@
+#include "skippy/runtime/engine.h"
+
+#include "llama.h"
+#include "skippy/common/digest.h"
+#include "skippy/common/strings.h"
+#include "skippy/runtime/llama_backend.h"
+
+namespace skippy::runtime {
+
+using cache::PayloadKind;
+
+StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  if (options.lane_count == 0) return absl::InvalidArgumentError("lane count must be at least 1");
+  if (options.lane_count + options.cache_seq_count > 256) {
+    return absl::InvalidArgumentError(
+        StrCat("lanes + cache sequences = ", options.lane_count + options.cache_seq_count, " exceeds 256"));
+  }
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = options;
+  ModelOptions mo;
+  mo.n_gpu_layers = options.n_gpu_layers;
+  SKIPPY_ASSIGN_OR_RETURN(e->model_, Model::Load(options.model_path, mo));
+  SKIPPY_ASSIGN_OR_RETURN(Sha256Digest digest, Sha256File(options.model_path));
+  e->model_digest_ = ToHex(digest);
+  if (e->options_.model_id.empty()) e->options_.model_id = "sha256:" + e->model_digest_.substr(0, 16);
+
+  ContextOptions co = options.context;
+  co.n_seq_max = options.lane_count + options.cache_seq_count;
+  SKIPPY_ASSIGN_OR_RETURN(e->context_, Context::Create(*e->model_, co));
+
+  e->facts_.arch = e->model_->arch();
+  e->facts_.family_key = e->model_->MetaString("skippy.zoo.family").value_or("");
+  e->facts_.tensor_names = e->model_->tensor_names();
+  e->facts_.memory_is_recurrent = e->model_->is_recurrent();
+  e->facts_.memory_is_hybrid = e->model_->is_hybrid();
+  e->family_ = cache::FamilyPolicy().Decide(e->facts_);
+  return e;
+}
+
+Engine::~Engine() = default;
+
+Status Engine::CheckSeq(int32_t seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.lane_count + options_.cache_seq_count) {
+    return absl::InvalidArgumentError(
+        StrCat("sequence id ", seq, " outside [0, ", options_.lane_count + options_.cache_seq_count, ")"));
+  }
+  return absl::OkStatus();
+}
+
+Status Engine::CheckLane(int32_t lane) const {
+  if (lane < 0 || static_cast<uint32_t>(lane) >= options_.lane_count) {
+    return absl::InvalidArgumentError(StrCat("lane ", lane, " outside [0, ", options_.lane_count, ")"));
+  }
+  return absl::OkStatus();
+}
+
+Status Engine::CheckCacheSeq(int32_t seq) const {
+  if (seq < static_cast<int32_t>(options_.lane_count) ||
+      static_cast<uint32_t>(seq) >= options_.lane_count + options_.cache_seq_count) {
+    return absl::InvalidArgumentError(StrCat("cache sequence ", seq, " outside [", options_.lane_count, ", ",
+                                             options_.lane_count + options_.cache_seq_count, ")"));
+  }
+  return absl::OkStatus();
+}
+
+int32_t Engine::SequenceLength(int32_t seq) const {
+  if (!CheckSeq(seq).ok()) return 0;
+  return llama_memory_seq_pos_max(llama_get_memory(context_->raw()), seq) + 1;
+}
+
+Status Engine::Clear(int32_t seq) {
+  SKIPPY_RETURN_IF_ERROR(CheckSeq(seq));
+  // Removing a whole sequence never fails, recurrent memory included.
+  llama_memory_seq_rm(llama_get_memory(context_->raw()), seq, -1, -1);
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<float>> Engine::Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  const int32_t have = SequenceLength(lane);
+  if (pos0 != have) {
+    return absl::InvalidArgumentError(
+        StrCat("decode must append: lane ", lane, " holds ", have, " tokens, asked to write at ", pos0));
+  }
+  return context_->Decode(tokens, pos0, lane);
+}
+
+StatusOr<ResidentRecord> Engine::RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  SKIPPY_RETURN_IF_ERROR(CheckCacheSeq(cache_seq));
+  SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, PayloadKind::kResidentKv));
+  const int32_t have = SequenceLength(lane);
+  if (n_tokens <= 0 || n_tokens > have) {
+    return absl::InvalidArgumentError(StrCat("cannot record ", n_tokens, " tokens: lane ", lane, " holds ", have));
+  }
+  llama_memory_t mem = llama_get_memory(context_->raw());
+  llama_memory_seq_rm(mem, cache_seq, -1, -1);
+  llama_memory_seq_cp(mem, lane, cache_seq, 0, n_tokens);
+  return ResidentRecord{cache_seq, n_tokens};
+}
+
+Status Engine::RestoreResident(const ResidentRecord& record, int32_t lane, int32_t n_tokens) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  SKIPPY_RETURN_IF_ERROR(CheckCacheSeq(record.cache_seq));
+  SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, PayloadKind::kResidentKv));
+  const int32_t held = SequenceLength(record.cache_seq);
+  if (held != record.n_tokens) {
+    return absl::FailedPreconditionError(StrCat("cache sequence ", record.cache_seq, " holds ", held,
+                                                " tokens, the record says ", record.n_tokens, " (evicted?)"));
+  }
+  if (n_tokens <= 0 || n_tokens > record.n_tokens) {
+    return absl::InvalidArgumentError(StrCat("cannot restore ", n_tokens, " of ", record.n_tokens, " tokens"));
+  }
+  if (n_tokens < record.n_tokens && model_->n_swa() > 0) {
+    return absl::FailedPreconditionError(
+        "a sliding-window cache keeps only the window of its last tokens: an SWA entry serves its exact length");
+  }
+  llama_memory_t mem = llama_get_memory(context_->raw());
+  llama_memory_seq_rm(mem, lane, -1, -1);
+  llama_memory_seq_cp(mem, record.cache_seq, lane, 0, n_tokens);
+  return absl::OkStatus();
+}
+
+Status Engine::Truncate(int32_t lane, int32_t n_tokens) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  if (n_tokens < 0) return absl::InvalidArgumentError("negative length");
+  if (!llama_memory_seq_rm(llama_get_memory(context_->raw()), lane, n_tokens, -1)) {
+    return absl::FailedPreconditionError(
+        StrCat("lane ", lane, " cannot be cut to ", n_tokens, " tokens (recurrent state cannot be truncated)"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Engine::StateBytes(int32_t seq) const {
+  if (!CheckSeq(seq).ok() || SequenceLength(seq) == 0) return 0;
+  return llama_state_seq_get_size(context_->raw(), seq);
+}
+
+namespace {
+
+llama_state_seq_flags FlagsFor(PayloadKind kind) {
+  return kind == PayloadKind::kRecurrentOnly ? LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY : LLAMA_STATE_SEQ_FLAGS_NONE;
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint8_t>> Engine::ExportState(int32_t lane, PayloadKind kind) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  if (kind == PayloadKind::kResidentKv) {
+    return absl::InvalidArgumentError("resident-kv is recorded with RecordResident, not exported");
+  }
+  SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, kind, /*allow_diagnostic=*/true));
+  if (SequenceLength(lane) == 0) return absl::FailedPreconditionError(StrCat("lane ", lane, " is empty"));
+  const llama_state_seq_flags flags = FlagsFor(kind);
+  const size_t size = llama_state_seq_get_size_ext(context_->raw(), lane, flags);
+  std::vector<uint8_t> bytes(size);
+  const size_t written = llama_state_seq_get_data_ext(context_->raw(), bytes.data(), bytes.size(), lane, flags);
+  if (written == 0 || written > size) {
+    return absl::InternalError(StrCat("state export of lane ", lane, " failed: ", TakeLlamaLogTail()));
+  }
+  bytes.resize(written);
+  return bytes;
+}
+
+Status Engine::ImportState(std::span<const uint8_t> bytes, int32_t lane, PayloadKind kind) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  if (kind == PayloadKind::kResidentKv) {
+    return absl::InvalidArgumentError("resident-kv is restored with RestoreResident, not imported");
+  }
+  SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, kind, /*allow_diagnostic=*/true));
+  if (bytes.empty()) return absl::InvalidArgumentError("empty state payload");
+  llama_memory_seq_rm(llama_get_memory(context_->raw()), lane, -1, -1);
+  const size_t read = llama_state_seq_set_data_ext(context_->raw(), bytes.data(), bytes.size(), lane, FlagsFor(kind));
+  if (read == 0) {
+    llama_memory_seq_rm(llama_get_memory(context_->raw()), lane, -1, -1);
+    return absl::DataLossError(StrCat("llama.cpp rejected the state payload for lane ", lane, ": ", TakeLlamaLogTail()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace skippy::runtime

@@ -1,0 +1,114 @@
+// Engine: one model, one llama.cpp context, and the sequence layout the cache relies on.
+//
+// Sequence ids of the context are split in two ranges that never collide:
+//   lanes          [0, lane_count)                       where requests decode
+//   cache seqs     [lane_count, lane_count + cache_seqs)  where ResidentKv prefixes stay resident
+// With kv_unified (the default) all sequences share one KV stream, so recording and restoring a
+// ResidentKv prefix only tags cells with another sequence id (llama_memory_seq_cp): no bytes move.
+//
+// Exactness rules the engine follows (see DESIGN.md "Bit-exact restore"):
+//   - flash attention is always explicit (on by default), never "auto", so every context that
+//     exchanges state has the same V layout;
+//   - prefill is chunked by the caller's boundaries, never re-split by the engine except at
+//     n_batch, so a hit and a miss that use the same boundaries compute the same batches;
+//   - a lane is cleared before it receives a restore, so new cells follow the restored ones the
+//     way they follow a recomputed prefix.
+//
+// Every method validates its arguments (sequence ranges, positions, token ids, payload/family
+// compatibility) and returns a Status rather than reaching a llama.cpp assertion.
+//
+// Thread-safety: an Engine is used by one thread at a time (the server serialises decode calls
+// on it); Model() may be read concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "skippy/cache/family_policy.h"
+#include "skippy/cache/payload_kind.h"
+#include "skippy/common/status.h"
+#include "skippy/runtime/model.h"
+
+namespace skippy::runtime {
+
+struct EngineOptions {
+  std::string model_path;
+  std::string model_id;          // defaults to the file's SHA-256 prefix when empty
+  ContextOptions context;        // n_ctx, n_batch, threads, flash_attn, KV types ...
+  uint32_t lane_count = 1;
+  uint32_t cache_seq_count = 4;  // resident cache sequences
+  int n_gpu_layers = 0;
+};
+
+// What a ResidentKv record holds: the cache sequence and how many tokens are resident in it.
+struct ResidentRecord {
+  int32_t cache_seq = -1;
+  int32_t n_tokens = 0;
+};
+
+class Engine {
+ public:
+  [[nodiscard]] static StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& options);
+  ~Engine();
+
+  const Model& model() const { return *model_; }
+  Context& context() { return *context_; }
+  const EngineOptions& options() const { return options_; }
+  const cache::FamilyDecision& family() const { return family_; }
+  const cache::ModelFacts& facts() const { return facts_; }
+  // Hex SHA-256 of the model file (computed once at Open).
+  const std::string& model_digest() const { return model_digest_; }
+  uint32_t lane_count() const { return options_.lane_count; }
+  uint32_t cache_seq_count() const { return options_.cache_seq_count; }
+  int32_t cache_seq(uint32_t i) const { return static_cast<int32_t>(options_.lane_count + i); }
+
+  // Number of tokens currently in a sequence (pos_max + 1), 0 when empty.
+  int32_t SequenceLength(int32_t seq) const;
+
+  // Removes everything in a lane or a cache sequence. Never fails for a valid id.
+  Status Clear(int32_t seq);
+
+  // Decodes tokens into `lane` at positions [pos0, pos0 + n), split only at n_batch, and returns
+  // the last token's logits. REQUIRES: pos0 == SequenceLength(lane) (contiguous append).
+  StatusOr<std::vector<float>> Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0);
+
+  // ResidentKv: keeps the first n_tokens of `lane` resident in cache sequence `cache_seq`
+  // (replacing what it held). FailedPrecondition for a family whose payload is not ResidentKv.
+  StatusOr<ResidentRecord> RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq);
+  // ResidentKv: clears `lane` and shares the first n_tokens of `record` into it. n_tokens may be
+  // shorter than the record for plain KV caches; for SWA caches it must equal the record length.
+  Status RestoreResident(const ResidentRecord& record, int32_t lane, int32_t n_tokens);
+
+  // Drops tokens at positions >= n_tokens from a lane (attention KV only: recurrent memory cannot
+  // be cut shorter, which is FailedPrecondition). Used by borrowed resident hits to roll back.
+  Status Truncate(int32_t lane, int32_t n_tokens);
+  // Bytes the sequence's state would export to (KV cells plus recurrent state): the measured size
+  // of what a ResidentKv entry keeps resident.
+  uint64_t StateBytes(int32_t seq) const;
+
+  // State export/import for kv-recurrent, full-state and recurrent-only payloads.
+  // kv-recurrent and full-state export the whole sequence state (attention KV and recurrent
+  // state); recurrent-only exports only the partial (SWA window / recurrent) state.
+  StatusOr<std::vector<uint8_t>> ExportState(int32_t lane, cache::PayloadKind kind);
+  // Clears `lane` and imports bytes exported by ExportState for the same kind.
+  // DataLoss if llama.cpp rejects the bytes (the lane is left empty).
+  Status ImportState(std::span<const uint8_t> bytes, int32_t lane, cache::PayloadKind kind);
+
+ private:
+  Engine() = default;
+  Status CheckLane(int32_t lane) const;
+  Status CheckCacheSeq(int32_t seq) const;
+  Status CheckSeq(int32_t seq) const;
+
+  EngineOptions options_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Context> context_;
+  cache::ModelFacts facts_;
+  cache::FamilyDecision family_;
+  std::string model_digest_;
+};
+
+}  // namespace skippy::runtime

@@ -1,0 +1,168 @@
+// Engine-level restore behaviour the certifier does not cover: restores into a fragmented cache,
+// a cache sequence evicted while a lane that restored from it keeps decoding, a shorter prefix
+// served from a longer ResidentKv entry, and the SWA rule that forbids it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "skippy/certify/state_handoff.h"
+#include "skippy/runtime/engine.h"
+#include "test_env.h"
+
+namespace {
+
+using skippy::cache::PayloadKind;
+using skippy::runtime::Engine;
+using skippy::runtime::EngineOptions;
+using skippy::runtime::Token;
+namespace env = skippy::testing_env;
+
+std::unique_ptr<Engine> Open(std::string_view family, uint32_t lanes) {
+  EngineOptions o;
+  o.model_path = env::ZooFile(family);
+  o.context.n_ctx = 1024;
+  o.context.flash_attn = true;
+  o.lane_count = lanes;
+  o.cache_seq_count = 2;
+  auto e = Engine::Open(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+std::vector<Token> Tokens(const Engine& e, int32_t n) {
+  auto t = skippy::certify::BenchmarkTokens(e.model(), env::kPrompt, n);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : std::vector<Token>{};
+}
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+Token Argmax(const std::vector<float>& v) {
+  return static_cast<Token>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  return m;
+}
+
+// Fragmentation: other lanes leave holes, so the restored cells are not where the source had them.
+// With flash attention the CPU kernel skips masked cells and visits the rest in cell order, so as
+// long as the restored cells keep position order the logits stay byte-identical; a restore that
+// scatters cells out of order may change the reduction order. The tolerance below (same greedy
+// token, max |diff| <= 1e-3 on logits of magnitude ~1-10) is for that case; the test also records
+// whether this run was byte-exact.
+TEST(EngineRestore, StateRestoreIntoAFragmentedCacheKeepsTheGreedyToken) {
+  for (auto [family, kind] : {std::pair{"qwen3next", PayloadKind::kKvRecurrent},
+                              std::pair{"falcon-h1", PayloadKind::kKvRecurrent},
+                              std::pair{"llama", PayloadKind::kFullState}}) {
+    auto e = Open(family, 3);
+    ASSERT_TRUE(e);
+    const auto all = Tokens(*e, 129);
+    const std::span<const Token> prefix(all.data(), 128), cont(all.data() + 128, 1);
+    ASSERT_TRUE(e->Decode(0, prefix, 0).ok());
+    auto bytes = e->ExportState(0, kind);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    auto src = e->Decode(0, cont, 128);
+    ASSERT_TRUE(src.ok());
+    ASSERT_TRUE(e->Clear(0).ok());
+
+    // Holes: lane 1 takes 40 cells, lane 2 the next 60, then lane 1 leaves.
+    const auto junk = Tokens(*e, 100);
+    ASSERT_TRUE(e->Decode(1, std::span(junk.data(), 40), 0).ok());
+    ASSERT_TRUE(e->Decode(2, std::span(junk.data() + 40, 60), 0).ok());
+    ASSERT_TRUE(e->Clear(1).ok());
+
+    ASSERT_TRUE(e->ImportState(*bytes, 0, kind).ok());
+    auto restored = e->Decode(0, cont, 128);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(Argmax(*restored), Argmax(*src)) << family;
+    EXPECT_LE(MaxAbsDiff(*restored, *src), 1e-3) << family;
+    RecordProperty(std::string(family) + "_byte_exact", SameBytes(*restored, *src) ? "yes" : "no");
+  }
+}
+
+TEST(EngineRestore, EvictingTheCacheSequenceDoesNotDisturbALaneThatRestoredFromIt) {
+  auto e = Open("llama", 2);
+  ASSERT_TRUE(e);
+  const auto all = Tokens(*e, 145);
+  const std::span<const Token> prefix(all.data(), 128), cont(all.data() + 128, 1), suffix(all.data() + 129, 16);
+  ASSERT_TRUE(e->Decode(0, prefix, 0).ok());
+  auto record = e->RecordResident(0, 128, e->cache_seq(0));
+  ASSERT_TRUE(record.ok()) << record.status();
+  auto src_cont = e->Decode(0, cont, 128);
+  auto src_suffix = e->Decode(0, suffix, 129);
+  ASSERT_TRUE(src_cont.ok() && src_suffix.ok());
+  ASSERT_TRUE(e->Clear(0).ok());
+
+  ASSERT_TRUE(e->RestoreResident(*record, 1, 128).ok());
+  ASSERT_TRUE(e->Clear(record->cache_seq).ok());  // evicted while lane 1 holds the prefix
+  EXPECT_EQ(e->SequenceLength(record->cache_seq), 0);
+  auto cont_after = e->Decode(1, cont, 128);
+  auto suffix_after = e->Decode(1, suffix, 129);
+  ASSERT_TRUE(cont_after.ok() && suffix_after.ok());
+  EXPECT_TRUE(SameBytes(*cont_after, *src_cont));
+  EXPECT_TRUE(SameBytes(*suffix_after, *src_suffix));
+
+  // The record is gone: restoring from it is a clear error, not a silent empty lane.
+  auto again = e->RestoreResident(*record, 0, 128);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+}
+
+TEST(EngineRestore, AttentionKvServesAShorterPrefixOfALongerEntry) {
+  auto e = Open("qwen3", 2);
+  ASSERT_TRUE(e);
+  const auto all = Tokens(*e, 129);
+  ASSERT_TRUE(e->Decode(0, std::span(all.data(), 128), 0).ok());
+  auto record = e->RecordResident(0, 128, e->cache_seq(0));
+  ASSERT_TRUE(record.ok());
+  ASSERT_TRUE(e->Clear(0).ok());
+  // Reference: recompute the first 64 tokens, then the rest, in a lane of its own.
+  ASSERT_TRUE(e->Decode(0, std::span(all.data(), 64), 0).ok());
+  auto reference = e->Decode(0, std::span(all.data() + 64, 65), 64);
+  ASSERT_TRUE(reference.ok());
+  ASSERT_TRUE(e->Clear(0).ok());
+  // Hit: share 64 of the 128 resident tokens, compute the same 65 tokens.
+  ASSERT_TRUE(e->RestoreResident(*record, 1, 64).ok());
+  EXPECT_EQ(e->SequenceLength(1), 64);
+  auto hit = e->Decode(1, std::span(all.data() + 64, 65), 64);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(Argmax(*hit), Argmax(*reference));
+  EXPECT_LE(MaxAbsDiff(*hit, *reference), 1e-3);
+  RecordProperty("shorter_prefix_byte_exact", SameBytes(*hit, *reference) ? "yes" : "no");
+}
+
+TEST(EngineRestore, SlidingWindowEntryServesOnlyItsExactLength) {
+  auto e = Open("gemma3", 2);
+  ASSERT_TRUE(e);
+  const auto all = Tokens(*e, 128);
+  ASSERT_TRUE(e->Decode(0, all, 0).ok());
+  auto record = e->RecordResident(0, 128, e->cache_seq(0));
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(e->RestoreResident(*record, 1, 100).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(e->RestoreResident(*record, 1, 128).ok());
+}
+
+TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {
+  auto e = Open("llama", 2);
+  ASSERT_TRUE(e);
+  const auto all = Tokens(*e, 8);
+  EXPECT_EQ(e->Decode(5, all, 0).status().code(), absl::StatusCode::kInvalidArgument);   // not a lane
+  EXPECT_EQ(e->Decode(-1, all, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Decode(0, all, 3).status().code(), absl::StatusCode::kInvalidArgument);   // gap
+  EXPECT_EQ(e->RecordResident(0, 4, 0).status().code(), absl::StatusCode::kInvalidArgument);  // 0 is a lane
+  EXPECT_EQ(e->RecordResident(0, 4, e->cache_seq(0)).status().code(), absl::StatusCode::kInvalidArgument);  // empty
+  EXPECT_EQ(e->ImportState({}, 0, PayloadKind::kFullState).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<uint8_t> garbage(64, 0xab);
+  EXPECT_EQ(e->ImportState(garbage, 0, PayloadKind::kFullState).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(e->SequenceLength(0), 0);
+  // Still usable.
+  EXPECT_TRUE(e->Decode(0, all, 0).ok());
+}
+
+}  // namespace

@@ -1,0 +1,142 @@
+// skippy-correctness: certifiers that prove a cache path exact against recomputation.
+//
+//   skippy-correctness state-handoff --model FILE --prompt TEXT [--state-payload-kind KIND]
+//       [--prefix-token-count 128] [--cache-hit-repeats 5] [--runtime-lane-count 2]
+//       [--report-out FILE] ...
+//
+// Exit codes: 0 pass, 1 mismatch (exit 0 with --allow-mismatch), 2 bad input, 3 family disabled or
+// payload refused by policy (not certified), 4 internal error.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "nlohmann/json.hpp"
+#include "skippy/certify/state_handoff.h"
+
+namespace {
+
+constexpr int kExitPass = 0;
+constexpr int kExitMismatch = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitDisabled = 3;
+constexpr int kExitInternal = 4;
+
+int ExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kOutOfRange:
+      return kExitBadInput;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnimplemented:
+      return kExitDisabled;
+    default:
+      return kExitInternal;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"skippy-correctness: prove cache restores bit-identical to recomputation"};
+  app.require_subcommand(1);
+  CLI::App* sh = app.add_subcommand("state-handoff", "prefill, record, restore, compare continuations");
+
+  skippy::certify::StateHandoffOptions o;
+  std::string payload_name;
+  std::string report_out;
+  std::string prompt_file;
+  bool allow_mismatch = false;
+  bool flash_attn_off = false;
+  sh->add_option("--model", o.model_path, "GGUF model file")->required();
+  sh->add_option("--model-id", o.model_id, "model identity (default: sha256 of the file)");
+  sh->add_option("--ctx-size", o.ctx_size, "context size")->capture_default_str();
+  sh->add_option("--n-gpu-layers", o.n_gpu_layers, "layers to offload")->capture_default_str();
+  sh->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
+  sh->add_option("--batch-size", o.batch_size, "n_batch = n_ubatch")->capture_default_str();
+  sh->add_flag("--no-flash-attn", flash_attn_off, "flash attention off (default on; never auto)");
+  sh->add_option("--cache-type-k", o.type_k, "K cache type")->capture_default_str();
+  sh->add_option("--cache-type-v", o.type_v, "V cache type")->capture_default_str();
+  auto* prompt_opt = sh->add_option("--prompt", o.prompt, "prompt text");
+  sh->add_option("--prompt-file", prompt_file, "read the prompt from a file")->excludes(prompt_opt);
+  sh->add_option("--state-payload-kind", payload_name,
+                 "resident-kv | kv-recurrent | full-state | recurrent-only (default: the family's)");
+  sh->add_option("--prefix-token-count", o.prefix_token_count, "prefix tokens")->capture_default_str();
+  sh->add_option("--suffix-token-count", o.suffix_token_count, "suffix-check tokens")->capture_default_str();
+  sh->add_option("--cache-hit-repeats", o.cache_hit_repeats, "cache hits after the first restore")->capture_default_str();
+  sh->add_option("--runtime-lane-count", o.lane_count, "lanes in the context")->capture_default_str();
+  sh->add_option("--report-out", report_out, "write the JSON report here (default: stdout)");
+  sh->add_flag("--borrow-resident-hits", o.borrow_resident_hits, "hits keep the shared prefix and roll back");
+  sh->add_flag("--cache-decoded-result-hits", o.cache_decoded_result_hits, "hits answer from stored logits");
+  sh->add_flag("--skip-suffix-prefill-check", o.skip_suffix_prefill_check, "skip the suffix check");
+  sh->add_flag("--allow-mismatch", allow_mismatch, "exit 0 on a mismatch (the report still says so)");
+  int32_t layer_end = -1, state_layer_start = -1, state_layer_end = -1, state_stage_index = -1;
+  sh->add_option("--layer-end", layer_end, "stage layer end (whole model only)");
+  sh->add_option("--state-layer-start", state_layer_start, "state layer start (whole model only)");
+  sh->add_option("--state-layer-end", state_layer_end, "state layer end (whole model only)");
+  sh->add_option("--state-stage-index", state_stage_index, "stage index (0 only)");
+  sh->add_option("--stage-load-mode", o.stage_load_mode, "full (only)")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitPass : kExitBadInput;
+  }
+  o.flash_attn = !flash_attn_off;
+  if (layer_end >= 0) o.layer_end = layer_end;
+  if (state_layer_start >= 0) o.state_layer_start = state_layer_start;
+  if (state_layer_end >= 0) o.state_layer_end = state_layer_end;
+  if (state_stage_index >= 0) o.state_stage_index = state_stage_index;
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file);
+    if (!in) {
+      std::fprintf(stderr, "skippy-correctness: cannot read %s\n", prompt_file.c_str());
+      return kExitBadInput;
+    }
+    o.prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!payload_name.empty()) {
+    auto kind = skippy::cache::ParsePayloadKind(payload_name);
+    if (!kind.ok()) {
+      std::fprintf(stderr, "skippy-correctness: %s\n", std::string(kind.status().message()).c_str());
+      return kExitBadInput;
+    }
+    o.payload = *kind;
+  }
+
+  auto result = skippy::certify::RunStateHandoff(o);
+  if (!result.ok()) {
+    std::fprintf(stderr, "skippy-correctness: %s\n", result.status().ToString().c_str());
+    nlohmann::json err = {{"mode", "state-handoff"}, {"status", "error"}, {"matches", false},
+                          {"error", std::string(result.status().message())},
+                          {"error_code", absl::StatusCodeToString(result.status().code())}};
+    if (!report_out.empty()) std::ofstream(report_out) << err.dump(2) << "\n";
+    return ExitCodeFor(result.status());
+  }
+  const std::string text = result->report.dump(2);
+  if (report_out.empty()) {
+    std::cout << text << "\n";
+  } else {
+    std::ofstream out(report_out);
+    out << text << "\n";
+    if (!out) {
+      std::fprintf(stderr, "skippy-correctness: cannot write %s\n", report_out.c_str());
+      return kExitInternal;
+    }
+  }
+  const auto& r = result->report;
+  std::fprintf(stderr, "[state-handoff] %s payload=%s status=%s hit=%.2f ms recompute=%.2f ms\n",
+               r["model_identity"].value("family_key", std::string("?")).c_str(),
+               r.value("state_payload_kind", std::string("?")).c_str(), r.value("status", std::string("?")).c_str(),
+               r.value("cache_hit_total_ms", 0.0), r.value("recompute_total_ms", 0.0));
+  switch (result->verdict) {
+    case skippy::certify::Verdict::kPass: return kExitPass;
+    case skippy::certify::Verdict::kMismatch: return allow_mismatch ? kExitPass : kExitMismatch;
+    case skippy::certify::Verdict::kDisabled: return kExitDisabled;
+  }
+  return kExitInternal;
+}
