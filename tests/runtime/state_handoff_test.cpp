@@ -63,7 +63,7 @@ TEST_P(CertifyFamily, ProductionPayloadRestoresBitExact) {
   EXPECT_GT(r["state_bytes"].get<uint64_t>(), 0u);
   auto family = skippy::zoo::FindFamily(GetParam());
   ASSERT_TRUE(family.ok());
-  EXPECT_EQ(r["state_payload_kind"], std::string((*family)->payload));
+  EXPECT_EQ(r["state_payload_kind"], std::string(skippy::cache::PayloadKindName((*family)->row().payload)));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, CertifyFamily, ::testing::ValuesIn(FamilyKeys()), TestName);
@@ -92,8 +92,7 @@ TEST(CertifyPolicy, HybridFamilyAskedForResidentKvIsRefused) {
 TEST(CertifyPolicy, UnknownArchitectureIsDisabledUntilCertified) {
   // qwen2 runs in llama.cpp but is not a certified Skippy family.
   skippy::zoo::FamilySpec spec = *skippy::zoo::FindFamily("qwen3").value();
-  spec.key = "qwen2-uncertified";
-  spec.arch = "qwen2";
+  spec.arch_override = "qwen2";
   const std::string path = (fs::temp_directory_path() / StrCat("skippy-qwen2-", getpid(), ".gguf")).string();
   auto written = skippy::runtime::WriteSyntheticModel(spec, skippy::zoo::Preset::kTiny, env::VocabDir(), path);
   ASSERT_TRUE(written.ok()) << written.status();

@@ -57,7 +57,7 @@ TEST_P(ZooFamily, LoadsAndIsLabelledSynthetic) {
   ASSERT_TRUE(family.ok());
   auto model = Model::Load(ZooFile(GetParam()));
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_EQ((*model)->arch(), (*family)->arch);
+  EXPECT_EQ((*model)->arch(), (*family)->arch());
   EXPECT_EQ((*model)->MetaString("skippy.synthetic").value_or(""), "true");
   EXPECT_EQ((*model)->MetaString("skippy.zoo.family").value_or(""), GetParam());
   EXPECT_GT((*model)->n_vocab(), 1000);
@@ -129,6 +129,16 @@ TEST(ZooGenerator, SameSeedAndPresetGiveByteIdenticalFiles) {
   // ... and identical to the file the zoo fixture wrote in another process.
   EXPECT_TRUE(bytes_a == ReadAll(ZooFile("llama")));
   fs::remove_all(dir);
+}
+
+TEST(ZooGenerator, EveryZooRowIsARowOfTheFamilyTableInTheSameOrder) {
+  const auto zoo = skippy::zoo::Families();
+  const auto table = skippy::cache::KnownFamilies();
+  ASSERT_EQ(zoo.size(), table.size());
+  for (size_t i = 0; i < zoo.size(); ++i) {
+    EXPECT_EQ(zoo[i].key, table[i].key);
+    EXPECT_EQ(&zoo[i].row(), &table[i]);
+  }
 }
 
 TEST(ZooGenerator, UnknownFamilyAndPresetAreClearErrors) {

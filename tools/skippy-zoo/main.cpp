@@ -54,8 +54,9 @@ void List() {
       return n >= 1e9 ? absl::StrFormat("%.2fB", n / 1e9) : absl::StrFormat("%.1fM", n / 1e6);
     };
     std::printf("%-12s %-14s %-10s %-8s %-14s %8s %8s %8s  %s%s\n", std::string(f.key).c_str(),
-                std::string(f.display_name).c_str(), std::string(f.arch).c_str(),
-                std::string(skippy::zoo::MemoryKindName(f.memory)).c_str(), std::string(f.payload).c_str(),
+                std::string(f.display_name()).c_str(), std::string(f.arch()).c_str(),
+                std::string(skippy::cache::MemoryKindName(f.row().memory)).c_str(),
+                std::string(skippy::cache::PayloadKindName(f.row().payload)).c_str(),
                 fmt(Preset::kTiny).c_str(), fmt(Preset::kBench).c_str(), fmt(Preset::kReal).c_str(),
                 std::string(f.vocab).c_str(), f.vocab_note.empty() ? "" : " (stand-in)");
   }
@@ -167,10 +168,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     manifest["families"][key] = {
         {"file", file.filename().string()},
-        {"family", std::string(f->display_name)},
-        {"arch", std::string(f->arch)},
-        {"memory", std::string(skippy::zoo::MemoryKindName(f->memory))},
-        {"payload", std::string(f->payload)},
+        {"family", std::string(f->display_name())},
+        {"arch", std::string(f->arch())},
+        {"memory", std::string(skippy::cache::MemoryKindName(f->row().memory))},
+        {"payload", std::string(skippy::cache::PayloadKindName(f->row().payload))},
+        {"package_only", f->row().package_only},
         {"model_ref", std::string(f->model_ref)},
         {"tokenizer", "ggml-vocab-" + std::string(f->vocab) + ".gguf"},
         {"tokenizer_note", std::string(f->vocab_note)},

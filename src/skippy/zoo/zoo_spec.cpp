@@ -210,70 +210,66 @@ constexpr std::string_view kGlmStandIn =
     "stand-in: Qwen2 BPE (151k), close in size and style to GLM's 151k BPE; the tree ships no GLM vocab";
 
 const std::array<FamilySpec, 14> kFamilies = {{
-    {"qwen3next", "Qwen3Next", "qwen3next", "MoE, hybrid gated delta-net + attention (every 4th layer)",
-     MemoryKind::kHybrid, "kv-recurrent", "bartowski/Qwen_Qwen3-Coder-Next-GGUF:IQ2_XS", "qwen2",
-     kQwenVocabNote, false, 0x51e3e7,
+    {"qwen3next", "MoE, hybrid gated delta-net + attention (every 4th layer)", "bartowski/Qwen_Qwen3-Coder-Next-GGUF:IQ2_XS", "qwen2",
+     kQwenVocabNote, 0x51e3e7,
      WithRope(WithSsm(WithMoe(Dense(64, 4, 2, 1, 32, 128), 4, 2, 64), 16, 2, 4, 64), 8),
      WithRope(WithSsm(WithMoe(Dense(768, 8, 8, 2, 128, 1024), 16, 4, 384), 64, 4, 8, 512), 32),
      std::nullopt, "", &Qwen3NextMeta},
-    {"falcon-h1", "Falcon-H1", "falcon-h1", "attention + Mamba2 in parallel on every layer", MemoryKind::kHybrid,
-     "kv-recurrent", "tiiuae/Falcon-H1-1.5B-Instruct-GGUF:Q4_K_M", "falcon",
-     "stand-in: the Falcon (original) BPE; Falcon-H1's own tokenizer is not in the tree", false, 0xfa1c0,
+    {"falcon-h1", "attention + Mamba2 in parallel on every layer", "tiiuae/Falcon-H1-1.5B-Instruct-GGUF:Q4_K_M", "falcon",
+     "stand-in: the Falcon (original) BPE; Falcon-H1's own tokenizer is not in the tree", 0xfa1c0,
      WithSsm(Dense(64, 2, 4, 2, 16, 128), 16, 1, 4, 128),
      WithSsm(Dense(768, 8, 8, 2, 64, 2048), 64, 1, 12, 1536),
      WithSsm(Dense(2048, 24, 8, 2, 128, 4096, 16384), 256, 1, 24, 3072),
      "approximately Falcon-H1-1.5B (from its published config as we recall it; verify before citing)",
      &FalconH1Meta},
-    {"llama", "Llama", "llama", "dense GQA", MemoryKind::kKv, "resident-kv",
-     "hugging-quants/Llama-3.2-1B-Instruct-Q4_K_M-GGUF:Q4_K_M", "llama-bpe", "", false, 0x11a3a,
+    {"llama", "dense GQA", "hugging-quants/Llama-3.2-1B-Instruct-Q4_K_M-GGUF:Q4_K_M", "llama-bpe",
+     "", 0x11a3a,
      Dense(64, 2, 4, 2, 16, 128), Dense(1024, 8, 16, 4, 64, 2816),
      Dense(2048, 16, 32, 8, 64, 8192, 131072), "Llama 3.2 1B (no rope scaling tensor)", &LlamaMeta},
-    {"qwen3", "Qwen3 dense", "qwen3", "dense GQA with q/k norm", MemoryKind::kKv, "resident-kv",
-     "Qwen/Qwen3-0.6B:Q8_0", "qwen2", "", false, 0x9e3,
+    {"qwen3", "dense GQA with q/k norm", "Qwen/Qwen3-0.6B:Q8_0", "qwen2",
+     "", 0x9e3,
      Dense(64, 2, 4, 2, 16, 128), Dense(768, 8, 8, 4, 128, 2048),
      Dense(1024, 28, 16, 8, 128, 3072, 40960), "Qwen3 0.6B", &Qwen3Meta},
-    {"deepseek2", "DeepSeek2", "deepseek2", "MLA + MoE with shared expert, first layer dense", MemoryKind::kKv,
-     "resident-kv", "bartowski/DeepSeek-Coder-V2-Lite-Instruct-GGUF:Q4_K_M", "deepseek-llm",
-     "", false, 0xdee2,
+    {"deepseek2", "MLA + MoE with shared expert, first layer dense", "bartowski/DeepSeek-Coder-V2-Lite-Instruct-GGUF:Q4_K_M", "deepseek-llm",
+     "", 0xdee2,
      WithMoe(Mla(64, 3, 4, 128, 32, 32, 16, 16, 16, 1), 4, 2, 64, 1),
      WithMoe(Mla(768, 8, 8, 2048, 256, 256, 32, 64, 64, 1), 16, 4, 384, 1),
      std::nullopt, "", &DeepSeek2LiteMeta},
-    {"glm47-flash", "GLM-4.7 Flash", "deepseek2", "MLA + MoE (sigmoid routing), GLM tokenizer", MemoryKind::kKv,
-     "resident-kv", "unsloth/GLM-4.7-Flash-GGUF:Q4_K_M", "qwen2", kGlmStandIn, false, 0x61a47,
+    {"glm47-flash", "MLA + MoE (sigmoid routing), GLM tokenizer", "unsloth/GLM-4.7-Flash-GGUF:Q4_K_M", "qwen2",
+     kGlmStandIn, 0x61a47,
      WithMoe(Mla(64, 3, 4, 128, 32, 32, 16, 16, 16, 1), 4, 2, 64, 1),
      WithMoe(Mla(768, 8, 8, 2048, 256, 256, 32, 64, 64, 1), 16, 4, 384, 1),
      std::nullopt, "", &Glm47FlashMeta},
-    {"glm4", "GLM4", "glm4", "dense GQA, partial rotary, post norms", MemoryKind::kKv, "resident-kv",
-     "meshllm/glm-4-9b-0414-parity-q4_k_m-gguf:Q4_K_M", "qwen2", kGlmStandIn, false, 0x6104,
+    {"glm4", "dense GQA, partial rotary, post norms", "meshllm/glm-4-9b-0414-parity-q4_k_m-gguf:Q4_K_M", "qwen2",
+     kGlmStandIn, 0x6104,
      Dense(64, 2, 4, 2, 16, 128), Dense(1024, 8, 8, 2, 128, 2816), std::nullopt, "", &Glm4Meta},
-    {"gemma4-a4b", "Gemma4 A4B", "gemma4", "MoE, SWA (5 local : 1 global)", MemoryKind::kKvSwa, "resident-kv",
-     "batiai/Gemma-4-26B-A4B-it-GGUF:Q6_K", "gemma-4", "", false, 0x6e4a4b,
+    {"gemma4-a4b", "MoE, SWA (5 local : 1 global)", "batiai/Gemma-4-26B-A4B-it-GGUF:Q6_K", "gemma-4",
+     "", 0x6e4a4b,
      WithMoe(WithSwa(Dense(64, 6, 2, 1, 32, 128), 32, 6, 16), 4, 2, 64),
      WithMoe(WithSwa(Dense(768, 6, 8, 2, 128, 1024), 64, 6, 64), 16, 4, 384),
      std::nullopt, "", &Gemma4Meta},
-    {"gemma4-e4b", "Gemma4 E4B", "gemma4", "dense, per-layer embeddings, SWA (5 local : 1 global)",
-     MemoryKind::kKvSwa, "resident-kv", "unsloth/gemma-4-E4B-it-GGUF:Q4_K_M", "gemma-4", "", false, 0x6e4e4b,
+    {"gemma4-e4b", "dense, per-layer embeddings, SWA (5 local : 1 global)", "unsloth/gemma-4-E4B-it-GGUF:Q4_K_M", "gemma-4",
+     "", 0x6e4e4b,
      WithPle(WithSwa(Dense(64, 6, 2, 1, 32, 128), 32, 6, 16), 16),
      WithPle(WithSwa(Dense(768, 6, 8, 2, 128, 2048), 64, 6, 64), 64),
      std::nullopt, "", &Gemma4Meta},
-    {"gemma3", "Gemma3", "gemma3", "dense, SWA (5 local : 1 global)", MemoryKind::kKvSwa, "resident-kv",
-     "ggml-org/gemma-3-1b-it-GGUF:Q4_K_M", "gemma-4", kGemmaStandIn, false, 0x6e3,
+    {"gemma3", "dense, SWA (5 local : 1 global)", "ggml-org/gemma-3-1b-it-GGUF:Q4_K_M", "gemma-4",
+     kGemmaStandIn, 0x6e3,
      WithSwa(Dense(64, 6, 2, 1, 32, 128), 32, 6), WithSwa(Dense(768, 12, 4, 1, 256, 3072), 64, 6),
      WithSwa(Dense(1152, 26, 4, 1, 256, 6912, 32768), 512, 6), "Gemma3 1B", &Gemma3Meta},
-    {"gemma2", "Gemma2", "gemma2", "dense, SWA alternating, logit soft-capping", MemoryKind::kKvSwa,
-     "resident-kv", "bartowski/gemma-2-2b-it-GGUF:Q4_K_M", "gemma-4", kGemmaStandIn, false, 0x6e2,
+    {"gemma2", "dense, SWA alternating, logit soft-capping", "bartowski/gemma-2-2b-it-GGUF:Q4_K_M", "gemma-4",
+     kGemmaStandIn, 0x6e2,
      WithSwa(Dense(64, 4, 2, 1, 32, 128), 32, 2), WithSwa(Dense(1024, 8, 8, 4, 128, 4096), 64, 2),
      WithSwa(Dense(2304, 26, 8, 4, 256, 9216, 8192), 4096, 2), "Gemma2 2B", &Gemma2Meta},
-    {"olmo", "OLMo", "olmo", "dense MHA, non-parametric LayerNorm", MemoryKind::kKv, "resident-kv",
-     "meshllm/olmo-7b-instruct-hf-parity-f16-gguf:F16", "gpt-neox", "", false, 0x01f0,
+    {"olmo", "dense MHA, non-parametric LayerNorm", "meshllm/olmo-7b-instruct-hf-parity-f16-gguf:F16", "gpt-neox",
+     "", 0x01f0,
      Dense(64, 2, 4, 4, 16, 128), Dense(1024, 8, 16, 16, 64, 4096), std::nullopt, "", &OlmoMeta},
-    {"minimax-m27", "MiniMax M2.7", "minimax-m2", "MoE on every layer, sigmoid routing, partial rotary",
-     MemoryKind::kKv, "resident-kv", "unsloth/MiniMax-M2.7-GGUF:UD-Q2_K_XL", "gpt-2",
-     "stand-in: GPT-2 BPE; MiniMax's 200k BPE is not in the tree", false, 0x3131,
+    {"minimax-m27", "MoE on every layer, sigmoid routing, partial rotary", "unsloth/MiniMax-M2.7-GGUF:UD-Q2_K_XL", "gpt-2",
+     "stand-in: GPT-2 BPE; MiniMax's 200k BPE is not in the tree", 0x3131,
      WithRope(WithMoe(Dense(64, 2, 4, 2, 16, 64), 4, 2, 64), 8),  // n_ff is the expert width here
      WithRope(WithMoe(Dense(768, 8, 8, 2, 128, 512), 16, 4, 512), 64), std::nullopt, "", &MiniMaxM2Meta},
-    {"deepseek3", "DeepSeek3", "deepseek2", "DeepSeek-V3 shape: MLA, q-LoRA, grouped sigmoid MoE",
-     MemoryKind::kKv, "resident-kv", "unsloth/DeepSeek-V3.2-GGUF:UD-Q4_K_XL", "deepseek-llm", "", true, 0xdee3,
+    {"deepseek3", "DeepSeek-V3 shape: MLA, q-LoRA, grouped sigmoid MoE", "unsloth/DeepSeek-V3.2-GGUF:UD-Q4_K_XL", "deepseek-llm",
+     "", 0xdee3,
      WithMoe(Mla(64, 3, 4, 128, 32, 32, 16, 16, 16, 1), 8, 2, 64, 1),
      WithMoe(Mla(768, 8, 8, 2048, 256, 256, 32, 64, 64, 1), 16, 4, 384, 1),
      std::nullopt, "", &DeepSeek3Meta},
@@ -297,13 +293,10 @@ StatusOr<Preset> ParsePreset(std::string_view name) {
   return absl::InvalidArgumentError(StrCat("unknown preset '", name, "' (expected tiny, bench or real)"));
 }
 
-std::string_view MemoryKindName(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::kKv: return "kv";
-    case MemoryKind::kKvSwa: return "kv-iswa";
-    case MemoryKind::kHybrid: return "hybrid";
-  }
-  return "?";
+const cache::FamilyRow& FamilySpec::row() const {
+  static const cache::FamilyRow kUnknown{"", "", "", cache::MemoryKind::kKv, cache::PayloadKind::kResidentKv, false};
+  const cache::FamilyRow* r = cache::FindFamilyByKey(key);
+  return r ? *r : kUnknown;
 }
 
 std::span<const FamilySpec> Families() { return kFamilies; }
@@ -332,10 +325,10 @@ StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset) {
 StatusOr<Metadata> BuildMetadata(const FamilySpec& family, Preset preset) {
   SKIPPY_ASSIGN_OR_RETURN(Dims dims, DimsFor(family, preset));
   Metadata out;
-  Add(out, "general.architecture", std::string(family.arch));
-  Add(out, "general.name", StrCat("skippy-zoo ", family.display_name, " (", PresetName(preset), ")"));
+  Add(out, "general.architecture", std::string(family.arch()));
+  Add(out, "general.name", StrCat("skippy-zoo ", family.display_name(), " (", PresetName(preset), ")"));
   Add(out, "general.description",
-      StrCat("Synthetic-weight model generated by skippy-zoo: the ", family.display_name,
+      StrCat("Synthetic-weight model generated by skippy-zoo: the ", family.display_name(),
                    " architecture (", family.arch_note, ") with deterministic random weights. ",
                    "Not a trained model; its outputs are meaningless text."));
   Add(out, "general.file_type", uint32_t{1});  // mostly F16
@@ -346,7 +339,7 @@ StatusOr<Metadata> BuildMetadata(const FamilySpec& family, Preset preset) {
   Add(out, "skippy.zoo.generator_version", kGeneratorVersion);
   Add(out, "skippy.zoo.tokenizer_source", StrCat("models/ggml-vocab-", family.vocab, ".gguf"));
   Add(out, "skippy.zoo.tokenizer_note", std::string(family.vocab_note.empty() ? "real tokenizer" : family.vocab_note));
-  family.arch_metadata(dims, family.arch, out);
+  family.arch_metadata(dims, family.arch(), out);
   return out;
 }
 

@@ -1,9 +1,10 @@
 // The synthetic model zoo: one table row per model family of shared/spec/product.md.
 //
-// A row says everything needed to write a GGUF for that family: the llama.cpp architecture, the
-// memory kind and production payload, the tokenizer file copied from the pinned llama.cpp tree, a
-// seed, and per-preset dimensions from which the architecture's GGUF metadata is derived. Adding a
-// family is adding a row here; nothing else in the project switches on family keys.
+// A family's identity (key, display name, llama.cpp architecture, memory kind, production payload)
+// is its row in the cache core's family table (skippy/cache/family_policy.h). A zoo row adds what
+// is needed to write a synthetic GGUF of it: the tokenizer file copied from the pinned llama.cpp
+// tree, a seed, and per-preset dimensions from which the architecture's GGUF metadata is derived.
+// Adding a family is one row there and one row here; nothing else switches on family keys.
 //
 // This layer knows nothing about llama.cpp types: metadata is a list of (key, value) pairs with the
 // GGUF key spelled as llama.cpp reads it (see src/llama-arch.cpp in the pinned tree). The runtime
@@ -18,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "skippy/cache/family_policy.h"
 #include "skippy/common/status.h"
 
 namespace skippy::zoo {
@@ -68,20 +70,12 @@ struct Dims {
   uint32_t n_embd_per_layer = 0;
 };
 
-enum class MemoryKind { kKv, kKvSwa, kHybrid };
-std::string_view MemoryKindName(MemoryKind kind);
-
 struct FamilySpec {
-  std::string_view key;           // stable id: file name, JSON key, CLI --case
-  std::string_view display_name;  // product.md "Family" column
-  std::string_view arch;          // llama.cpp general.architecture
+  std::string_view key;           // the family-table key: file name, JSON key, CLI --case
   std::string_view arch_note;     // what the real model has (MLA + MoE, SWA, hybrid ...)
-  MemoryKind memory;
-  std::string_view payload;       // production payload: "resident-kv" or "kv-recurrent"
   std::string_view model_ref;     // representative real GGUF (product.md)
   std::string_view vocab;         // models/ggml-vocab-<vocab>.gguf in the llama.cpp tree
   std::string_view vocab_note;    // empty when it is the family's real tokenizer, else why a stand-in
-  bool package_only;              // DeepSeek3: reported in the package-only section
   uint64_t seed;
   Dims tiny;
   Dims bench;
@@ -89,6 +83,13 @@ struct FamilySpec {
   std::string_view real_note;     // provenance of the real preset's numbers
   // Adds the architecture's metadata for the given dims (common keys are added by the caller).
   void (*arch_metadata)(const Dims& dims, std::string_view arch, Metadata& out);
+  // Tests only: write this family's shape under another (uncertified) architecture name.
+  std::string_view arch_override = {};
+
+  // The family-table row for `key` (every zoo row has one; a test checks it).
+  const cache::FamilyRow& row() const;
+  std::string_view arch() const { return arch_override.empty() ? row().arch : arch_override; }
+  std::string_view display_name() const { return row().display_name; }
 };
 
 // All families in evidence order (product.md), DeepSeek3 last.
