@@ -36,9 +36,10 @@ die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 #   libssl-dev                     SHA-256 for model identity and payload digests
 #   libabsl-dev                    absl::Status / StatusOr: errors as values across the project
 #   libfmt-dev                     string formatting (messages, keys, tables)
+#   gnuplot-nox                    PNG charts in the benchmark report
 #   curl                           health checks in shell scripts
 APT_PACKAGES=(cmake ninja-build g++ git libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev curl)
+  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev gnuplot-nox curl)
 
 install_apt() {
   [ "${SKIPPY_SKIP_APT:-0}" = 1 ] && return 0

@@ -173,12 +173,15 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   const std::span<const Token> prefix(all.data(), n);
   const std::span<const Token> cont(all.data() + n, 1);
   const std::span<const Token> suffix_tokens(all.data() + n + 1, suffix);
-  SKIPPY_ASSIGN_OR_RETURN(std::string bench_text, model.Detokenize(std::span<const Token>(all.data(), n + 1)));
+  // The text a server is sent: without the BOS it adds back itself.
+  SKIPPY_ASSIGN_OR_RETURN(std::string bench_text,
+                          model.Detokenize(std::span<const Token>(all.data(), n + 1), /*remove_special=*/true));
   r["benchmark_prompt_text"] = bench_text;
   r["benchmark_prompt_token_count"] = n + 1;
   {
-    // Does the text re-tokenize to the same tokens (what llama-server will see)?
-    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> again, model.Tokenize(bench_text, true));
+    // Does the text re-tokenize to the same tokens (what llama-server will see: it adds BOS and
+    // parses special tokens in prompts)?
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> again, model.Tokenize(bench_text, true, /*parse_special=*/true));
     r["benchmark_prompt_retokenizes_exactly"] =
         again.size() == static_cast<size_t>(n + 1) && std::equal(again.begin(), again.end(), all.begin());
   }

@@ -9,6 +9,19 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "absl/strings/string_view.h"
+
+#if !defined(ABSL_USES_STD_STRING_VIEW)
+// absl::string_view (what absl::Status::message() returns) formats like any other string.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename FormatContext>
+  auto format(absl::string_view s, FormatContext& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+#endif
+
 namespace skippy {
 
 template <typename... Args>

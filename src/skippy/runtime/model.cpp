@@ -124,16 +124,16 @@ Status Model::ValidateTokens(std::span<const Token> tokens) const {
   return absl::OkStatus();
 }
 
-StatusOr<std::string> Model::Detokenize(std::span<const Token> tokens) const {
+StatusOr<std::string> Model::Detokenize(std::span<const Token> tokens, bool remove_special) const {
   SKIPPY_RETURN_IF_ERROR(ValidateTokens(tokens));
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   std::string out(tokens.size() * 8 + 16, '\0');
   int32_t n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
-                               static_cast<int32_t>(out.size()), /*remove_special=*/false, /*unparse_special=*/true);
+                               static_cast<int32_t>(out.size()), remove_special, /*unparse_special=*/true);
   if (n < 0) {
     out.resize(static_cast<size_t>(-n));
     n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
-                         static_cast<int32_t>(out.size()), false, true);
+                         static_cast<int32_t>(out.size()), remove_special, true);
   }
   if (n < 0) return absl::InternalError("detokenization failed");
   out.resize(static_cast<size_t>(n));

@@ -66,8 +66,9 @@ class Model {
 
   // InvalidArgument if the text cannot be tokenized.
   StatusOr<std::vector<Token>> Tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
-  // InvalidArgument for token ids outside [0, n_vocab).
-  StatusOr<std::string> Detokenize(std::span<const Token> tokens) const;
+  // InvalidArgument for token ids outside [0, n_vocab). `remove_special` drops a leading BOS and a
+  // trailing EOS (what a server adds back when it tokenizes the text).
+  StatusOr<std::string> Detokenize(std::span<const Token> tokens, bool remove_special = false) const;
   Status ValidateTokens(std::span<const Token> tokens) const;
 
   llama_model* raw() const { return model_; }

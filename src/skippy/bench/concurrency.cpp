@@ -1,0 +1,115 @@
+#include "skippy/bench/concurrency.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "skippy/bench/llama_server.h"
+#include "skippy/common/strings.h"
+#include "skippy/zoo/zoo_spec.h"
+
+namespace skippy::bench {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+}  // namespace
+
+StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
+  if (o.concurrency_sweep.empty()) return absl::InvalidArgumentError("empty --concurrency-sweep");
+  for (int c : o.concurrency_sweep) {
+    if (c < 1 || c > 64) return absl::InvalidArgumentError(StrCat("concurrency level ", c, " outside [1, 64]"));
+  }
+  if (o.concurrent_requests < 1) return absl::InvalidArgumentError("--concurrent-requests must be at least 1");
+  std::vector<std::string> keys = o.cases;
+  if (keys.empty()) keys = {"llama"};
+  json doc = {{"version", 1}, {"server", "llama-server"}, {"machine", MachineInfo()},
+              {"ttft_slo_ms", o.ttft_slo_ms}, {"tpot_slo_ms", o.tpot_slo_ms}, {"n_predict", o.sweep_n_predict},
+              {"requests_per_level", o.concurrent_requests}, {"synthetic_weights", o.model_dir.empty()},
+              {"results", json::array()}};
+  const fs::path out = fs::path(o.output_dir) / "concurrency-sweep.json";
+  for (const std::string& key : keys) {
+    SKIPPY_ASSIGN_OR_RETURN(const zoo::FamilySpec* f, zoo::FindFamily(key));
+    (void)f;
+    const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
+    for (int c : o.concurrency_sweep) {
+      std::fprintf(stderr, "[bench] concurrency sweep %s: %d client(s)\n", key.c_str(), c);
+      LlamaServerOptions lo;
+      lo.binary = o.llama_server_bin;
+      lo.model_path = model;
+      lo.ctx_size = o.ctx_size * c;  // each slot keeps the same per-request context
+      lo.threads = o.threads;
+      lo.parallel = c;
+      lo.batch_size = o.batch_size;
+      lo.flash_attn = o.flash_attn;
+      lo.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
+      lo.request_timeout = std::chrono::seconds(o.request_timeout_secs);
+      json level = {{"family", key}, {"concurrency", c}};
+      auto server = LlamaServer::Start(lo);
+      if (!server.ok()) {
+        level["status"] = "error";
+        level["error"] = std::string(server.status().message());
+        doc["results"].push_back(level);
+        std::ofstream(out) << doc.dump(2) << "\n";
+        continue;
+      }
+      std::vector<StreamRun> runs(static_cast<size_t>(o.concurrent_requests));
+      std::atomic<int> next{0};
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<std::thread> threads;
+      for (int t = 0; t < c; ++t) {
+        threads.emplace_back([&] {
+          for (int i; (i = next.fetch_add(1)) < o.concurrent_requests;) {
+            runs[static_cast<size_t>(i)] =
+                server->StreamComplete(StrCat(kDefaultBenchmarkPrompt, " Request ", i, ": answer briefly."), o.sweep_n_predict);
+          }
+        });
+      }
+      for (auto& th : threads) th.join();
+      const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      server->Stop();
+      std::vector<double> ttft, tpot;
+      int ok = 0, good = 0;
+      json reqs = json::array();
+      for (const StreamRun& r : runs) {
+        reqs.push_back({{"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"tpot_ms", r.tpot_ms}, {"tokens", r.tokens},
+                        {"total_ms", r.total_ms}, {"error", r.error}});
+        if (!r.ok) continue;
+        ++ok;
+        ttft.push_back(r.ttft_ms);
+        tpot.push_back(r.tpot_ms);
+        if (r.ttft_ms <= o.ttft_slo_ms && r.tpot_ms <= o.tpot_slo_ms) ++good;
+      }
+      level["status"] = ok == o.concurrent_requests ? "ok" : "partial";
+      level["requests"] = reqs;
+      level["ok_requests"] = ok;
+      level["wall_s"] = wall_s;
+      level["ttft_p50_ms"] = Percentile(ttft, 0.5);
+      level["ttft_p95_ms"] = Percentile(ttft, 0.95);
+      level["tpot_p50_ms"] = Percentile(tpot, 0.5);
+      level["tpot_p95_ms"] = Percentile(tpot, 0.95);
+      level["throughput_rps"] = ok / wall_s;
+      level["goodput_rps"] = good / wall_s;
+      level["slo_attainment"] = static_cast<double>(good) / o.concurrent_requests;
+      doc["results"].push_back(level);
+      std::ofstream(out) << doc.dump(2) << "\n";
+    }
+  }
+  return doc;
+}
+
+}  // namespace skippy::bench

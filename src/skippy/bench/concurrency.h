@@ -1,0 +1,16 @@
+// Concurrency sweep against llama-server: for each level c, llama-server runs with --parallel c and
+// c client threads send `concurrent_requests` streamed completions in total (distinct prompts that
+// share the benchmark prefix). Per request: TTFT and TPOT at the client; per level: percentiles,
+// throughput, and goodput (requests per second that met both SLOs). Written to
+// OUT/concurrency-sweep.json. Skippy's side of the sweep comes with skippy-server.
+#pragma once
+
+#include "nlohmann/json.hpp"
+#include "skippy/bench/production.h"
+#include "skippy/common/status.h"
+
+namespace skippy::bench {
+
+StatusOr<nlohmann::json> RunConcurrencySweep(const ProductionOptions& options);
+
+}  // namespace skippy::bench

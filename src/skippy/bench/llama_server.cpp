@@ -1,0 +1,132 @@
+#include "skippy/bench/llama_server.h"
+
+#include <filesystem>
+#include <thread>
+
+#include "httplib.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::bench {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+StatusOr<LlamaServer> LlamaServer::Start(const LlamaServerOptions& o) {
+  if (o.binary.empty() || !std::filesystem::exists(o.binary)) {
+    return absl::NotFoundError(StrCat("llama-server binary not found: '", o.binary, "'"));
+  }
+  Status last = absl::UnavailableError("not started");
+  for (int attempt = 0; attempt < 3; ++attempt) {  // a free port can be taken between probe and bind
+    SKIPPY_ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
+    std::vector<std::string> argv = {o.binary, "-m", o.model_path, "--host", "127.0.0.1", "--port",
+                                     std::to_string(port), "-c", std::to_string(o.ctx_size), "-t",
+                                     std::to_string(o.threads), "--parallel", std::to_string(o.parallel), "-b",
+                                     std::to_string(o.batch_size), "-ub", std::to_string(o.batch_size), "-fa",
+                                     o.flash_attn ? "on" : "off", "--fit", "off", "--no-webui"};
+    argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+    const std::string log = o.log_path.empty() ? "/dev/null" : o.log_path;
+    SKIPPY_ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, log));
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(1);
+    client.set_read_timeout(5);
+    const auto deadline = Clock::now() + o.startup_timeout;
+    bool exited = false;
+    while (Clock::now() < deadline) {
+      if (auto rc = proc.Poll()) {
+        exited = true;
+        last = absl::UnavailableError(StrCat("llama-server exited early with status ", *rc, "; log tail: ",
+                                             TailOfFile(log, 600)));
+        break;
+      }
+      auto res = client.Get("/health");
+      if (res && res->status == 200) return LlamaServer(std::move(proc), port, std::move(argv), o);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!exited) {
+      proc.Stop();
+      return absl::DeadlineExceededError(StrCat("llama-server did not become healthy within ", o.startup_timeout.count(),
+                                                " s; log tail: ", TailOfFile(log, 600)));
+    }
+    // An early exit on a taken port is worth one more try; anything else fails after 3 attempts.
+  }
+  return last;
+}
+
+CompletionRun LlamaServer::Complete(const std::string& prompt, int n_predict) const {
+  CompletionRun run;
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
+  const json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true}};
+  const auto t0 = Clock::now();
+  auto res = client.Post("/completion", body.dump(), "application/json");
+  run.client_ms = MsSince(t0);
+  if (!res) {
+    run.error = StrCat("no response (", httplib::to_string(res.error()), ")");
+    return run;
+  }
+  run.http_status = res->status;
+  json j = json::parse(res->body, nullptr, false);
+  if (res->status != 200 || j.is_discarded()) {
+    run.error = StrCat("HTTP ", res->status, ": ", res->body.substr(0, 300));
+    return run;
+  }
+  run.ok = true;
+  run.timings = j.value("timings", json::object());
+  run.tokens_cached = j.value("tokens_cached", -1);
+  run.tokens_evaluated = j.value("tokens_evaluated", -1);
+  run.content = j.value("content", std::string());
+  return run;
+}
+
+StreamRun LlamaServer::StreamComplete(const std::string& prompt, int n_predict) const {
+  StreamRun run;
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
+  const json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true},
+                     {"stream", true}};
+  const auto t0 = Clock::now();
+  std::string buffer;
+  bool first = true;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/completion";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = body.dump();
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    buffer.append(data, len);
+    size_t pos;
+    while ((pos = buffer.find("\n\n")) != std::string::npos) {
+      std::string event = buffer.substr(0, pos);
+      buffer.erase(0, pos + 2);
+      if (event.rfind("data: ", 0) != 0) continue;
+      json j = json::parse(event.substr(6), nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("content") && !j.value("stop", false)) {
+        if (first) {
+          run.ttft_ms = MsSince(t0);
+          first = false;
+        }
+        ++run.tokens;
+      }
+    }
+    return true;
+  };
+  auto res = client.send(req);
+  run.total_ms = MsSince(t0);
+  if (!res || res->status != 200) {
+    run.error = res ? StrCat("HTTP ", res->status) : StrCat("no response (", httplib::to_string(res.error()), ")");
+    return run;
+  }
+  run.ok = !first;
+  if (first) run.error = "no token events";
+  run.tpot_ms = run.tokens > 1 ? (run.total_ms - run.ttft_ms) / (run.tokens - 1) : 0.0;
+  return run;
+}
+
+}  // namespace skippy::bench

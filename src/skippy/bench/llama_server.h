@@ -1,0 +1,83 @@
+// The llama-server baseline, run as a child process on a free loopback port.
+//
+// LlamaServer::Start launches the binary with the given arguments, polls /health until it answers
+// 200, and fails with a clear Status if the process exits early or does not become healthy in
+// time (the log tail is quoted). Requests are timed at the client. The process is stopped by Stop()
+// or the destructor.
+//
+// Thread-safety: Complete/StreamComplete may be called from several threads at once (each call
+// opens its own connection); Start/Stop from the owner thread only.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "skippy/common/status.h"
+#include "skippy/common/subprocess.h"
+
+namespace skippy::bench {
+
+struct LlamaServerOptions {
+  std::string binary;               // path to llama-server
+  std::string model_path;
+  int ctx_size = 1024;
+  int threads = 2;
+  int parallel = 1;
+  int batch_size = 512;
+  bool flash_attn = true;
+  std::vector<std::string> extra_args;
+  std::chrono::seconds startup_timeout{60};
+  std::chrono::seconds request_timeout{120};
+  std::string log_path;
+};
+
+struct CompletionRun {
+  bool ok = false;
+  int http_status = 0;
+  double client_ms = 0;      // wall time at the client, request sent to response read
+  nlohmann::json timings;    // llama-server's `timings` object
+  int tokens_cached = -1;
+  int tokens_evaluated = -1;
+  std::string content;
+  std::string error;
+};
+
+struct StreamRun {
+  bool ok = false;
+  double ttft_ms = 0;        // request sent -> first token event
+  double total_ms = 0;
+  int tokens = 0;
+  double tpot_ms = 0;        // (total - ttft) / (tokens - 1)
+  std::string error;
+};
+
+class LlamaServer {
+ public:
+  [[nodiscard]] static StatusOr<LlamaServer> Start(const LlamaServerOptions& options);
+  LlamaServer(LlamaServer&&) noexcept = default;
+  LlamaServer& operator=(LlamaServer&&) noexcept = default;
+  ~LlamaServer() = default;
+
+  int port() const { return port_; }
+  std::vector<std::string> argv() const { return argv_; }
+  const std::string& log_path() const { return process_.log_path(); }
+
+  // POST /completion {prompt, n_predict, temperature 0, cache_prompt true}; never throws.
+  CompletionRun Complete(const std::string& prompt, int n_predict) const;
+  // Same with stream: true; TTFT is the first server-sent event that carries content.
+  StreamRun StreamComplete(const std::string& prompt, int n_predict) const;
+  int Stop() { return process_.Stop(); }
+
+ private:
+  LlamaServer(Subprocess process, int port, std::vector<std::string> argv, LlamaServerOptions options)
+      : process_(std::move(process)), port_(port), argv_(std::move(argv)), options_(std::move(options)) {}
+  Subprocess process_;
+  int port_ = 0;
+  std::vector<std::string> argv_;
+  LlamaServerOptions options_;
+};
+
+}  // namespace skippy::bench

@@ -1,0 +1,214 @@
+// skippy-bench: the production runner end to end on tiny models with a real llama-server, the
+// report renderer on fixed inputs, and the bad inputs the runner must survive.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "skippy/bench/production.h"
+#include "skippy/bench/report.h"
+#include "skippy/bench/use_case_corpus.h"
+#include "skippy/common/strings.h"
+
+namespace {
+
+using nlohmann::json;
+using skippy::StrCat;
+namespace fs = std::filesystem;
+namespace bench = skippy::bench;
+
+class BenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / StrCat("skippy-bench-test-", getpid(), "-",
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  bench::ProductionOptions Options() const {
+    bench::ProductionOptions o;
+    o.output_dir = (dir_ / "out").string();
+    o.zoo_dir = SKIPPY_TEST_ZOO_DIR;
+    o.zoo_preset = "tiny";
+    o.correctness_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/skippy-correctness");
+    o.llama_server_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/llama-server");
+    o.use_case_corpus = SKIPPY_TEST_CORPUS;
+    o.cache_hit_repeats = 2;
+    o.llama_repeats = 3;
+    o.ctx_size = 512;
+    return o;
+  }
+
+  std::string FakeServer(const std::string& body) const {
+    const fs::path p = dir_ / "fake-llama-server.sh";
+    std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
+    chmod(p.c_str(), 0755);
+    return p.string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(BenchTest, RunnerMeasuresADenseAndAHybridFamilyAgainstLlamaServer) {
+  auto o = Options();
+  o.cases = {"llama", "qwen3next"};
+  auto doc = bench::RunProduction(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ((*doc)["rows"].size(), 2u);
+  for (const json& r : (*doc)["rows"]) {
+    EXPECT_EQ(r["status"], "ok") << r.dump(2);
+    EXPECT_EQ(r["correctness"], "pass");
+    EXPECT_EQ(r["llama_server"]["runs"].size(), 3u);
+    EXPECT_GT(r["llama_server"]["warm_median_ms"].get<double>(), 0.0);
+    EXPECT_GT(r["speedup"].get<double>(), 0.0);
+    EXPECT_EQ(r["benchmark_prompt_token_count"], 129);
+    EXPECT_EQ(r["skippy"]["mode"], "state-handoff");
+    // The warm runs reuse llama-server's prompt cache.
+    EXPECT_GT(r["llama_server"]["runs"][2]["timings"].value("cache_n", 0), 0) << r["llama_server"].dump();
+  }
+  EXPECT_EQ((*doc)["rows"][0]["payload"], "resident-kv");
+  EXPECT_EQ((*doc)["rows"][1]["payload"], "kv-recurrent");
+  // Written to disk, well-formed, with the markdown beside it.
+  std::ifstream in(fs::path(o.output_dir) / "production-cache-bench.json");
+  json on_disk = json::parse(in);
+  EXPECT_EQ(on_disk["rows"].size(), 2u);
+  EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "production-cache-bench.md"));
+}
+
+TEST_F(BenchTest, UseCaseRowsCarryTheirSource) {
+  auto o = Options();
+  o.cases = {"olmo"};
+  o.use_case = "text_to_sql";
+  o.skip_llama_server = true;
+  auto doc = bench::RunProduction(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ((*doc)["rows"].size(), 1u);
+  const json& r = (*doc)["rows"][0];
+  EXPECT_EQ(r["use_case"], "text_to_sql");
+  EXPECT_EQ(r["use_case_source"]["dataset"], "gretelai/synthetic_text_to_sql");
+  EXPECT_EQ(r["status"], "skippy-only");
+}
+
+TEST_F(BenchTest, LlamaServerThatNeverBecomesHealthyIsARowErrorAndTheRunContinues) {
+  auto o = Options();
+  o.cases = {"llama", "olmo"};
+  o.server_startup_timeout_secs = 2;
+  o.llama_server_bin = FakeServer("sleep 30");
+  auto doc = bench::RunProduction(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ((*doc)["rows"].size(), 2u);
+  for (const json& r : (*doc)["rows"]) {
+    EXPECT_EQ(r["correctness"], "pass");
+    EXPECT_EQ(r["status"], "llama-server-error");
+    EXPECT_NE(r["llama_server"]["error"].get<std::string>().find("healthy"), std::string::npos) << r.dump();
+  }
+}
+
+TEST_F(BenchTest, LlamaServerThatExitsEarlyIsReportedWithItsLog) {
+  auto o = Options();
+  o.cases = {"llama"};
+  o.llama_server_bin = FakeServer("echo 'error: model is broken' >&2; exit 3");
+  auto doc = bench::RunProduction(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const json& r = (*doc)["rows"][0];
+  EXPECT_EQ(r["status"], "llama-server-error");
+  const std::string err = r["llama_server"]["error"];
+  EXPECT_NE(err.find("exited early"), std::string::npos) << err;
+  EXPECT_NE(err.find("model is broken"), std::string::npos) << err;
+}
+
+TEST_F(BenchTest, MissingModelAndFailedCertificationAreRowsNotCrashes) {
+  auto o = Options();
+  o.cases = {"llama"};
+  o.zoo_dir = (dir_ / "empty-zoo").string();
+  auto doc = bench::RunProduction(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ((*doc)["rows"][0]["status"], "missing");
+}
+
+TEST_F(BenchTest, UnknownCaseAndBadOptionsAreErrors) {
+  auto o = Options();
+  o.cases = {"not-a-family"};
+  EXPECT_EQ(bench::RunProduction(o).status().code(), absl::StatusCode::kNotFound);
+  o = Options();
+  o.use_case = "not-a-use-case";
+  EXPECT_EQ(bench::RunProduction(o).status().code(), absl::StatusCode::kNotFound);
+  o = Options();
+  o.prefix_tokens = {4096};
+  EXPECT_EQ(bench::RunProduction(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UseCaseCorpus, TheShippedCorpusHasTheEightUseCasesOfTheSpec) {
+  auto corpus = bench::LoadUseCaseCorpus(SKIPPY_TEST_CORPUS);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  std::vector<std::string> keys;
+  for (const auto& u : *corpus) keys.push_back(u.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"tool_calling", "text_to_sql", "coding_agent_loop", "issue_fixing",
+                                            "code_refinement", "few_shot_reasoning", "open_chat", "summarization_rag"}));
+}
+
+TEST(UseCaseCorpus, AMissingKeyIsNamedInTheError) {
+  const std::string doc = R"({"version": 1, "use_cases": [{"key": "a", "label": "A", "prefix_tokens": 128,
+      "source": {"dataset": "d", "config": "c", "split": "s"}, "prompt": "p"}]})";
+  auto c = bench::ParseUseCaseCorpus(doc);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("row_idx"), std::string_view::npos) << c.status();
+  EXPECT_FALSE(bench::ParseUseCaseCorpus("{not json").ok());
+  EXPECT_FALSE(bench::ParseUseCaseCorpus(R"({"version": 1})").ok());
+}
+
+json Row(const std::string& key, const std::string& family, double speedup, const std::string& status = "ok") {
+  return {{"key", key}, {"family", family}, {"model_ref", "org/model|Q4"}, {"payload", "resident-kv"},
+          {"prefix_tokens", 128}, {"benchmark_prompt_token_count", 129}, {"correctness", status == "ok" ? "pass" : "mismatch"},
+          {"status", status}, {"speedup", speedup}, {"llama_server_warm_median_ms", 10.0},
+          {"skippy_hit_median_ms", 10.0 / speedup}, {"cache_bytes", 1024}, {"cache_bytes_method", "measured"},
+          {"notes", json::array({"a|b"})}};
+}
+
+TEST(Report, FamilyOrderEscapingMissingCellsAndFailedFamilies) {
+  json full = {{"synthetic_weights", true}, {"zoo_preset", "bench"}, {"rows", json::array()}};
+  // Out of order on purpose: the report restores the family-table order.
+  full["rows"].push_back(Row("gemma2", "Gemma2", 1.5));
+  full["rows"].push_back(Row("qwen3next", "Qwen3Next", 9.0));
+  full["rows"].push_back(Row("llama", "Llama", 2.0, "mismatch"));
+  json uses = {{"rows", json::array()}, {"use_cases", json::array({{{"key", "open_chat"}, {"label", "Open chat"},
+                                                                    {"prefix_tokens", 128},
+                                                                    {"source", {{"dataset", "x"}, {"row_idx", 0}}}}})}};
+  json u1 = Row("qwen3next", "Qwen3Next", 8.0);
+  u1["use_case"] = "open_chat";
+  json u2 = Row("gemma2", "Gemma2", 1.1);
+  u2["use_case"] = "open_chat";
+  uses["rows"].push_back(u1);
+  uses["rows"].push_back(u2);
+  json u3 = Row("olmo", "OLMo", 1.3, "llama-server-error");
+  u3["use_case"] = "open_chat";
+  uses["rows"].push_back(u3);
+  const std::string md = bench::RenderReport({full, uses}, {});
+  EXPECT_NE(md.find("Synthetic weights"), std::string::npos);
+  const size_t q = md.find("| Qwen3Next |"), g = md.find("| Gemma2 |");
+  ASSERT_NE(q, std::string::npos);
+  ASSERT_NE(g, std::string::npos);
+  EXPECT_LT(q, g) << "rows must follow the family order";
+  EXPECT_NE(md.find("org/model\\|Q4"), std::string::npos) << "a '|' inside a cell must be escaped";
+  EXPECT_EQ(md.find("| Llama | org"), std::string::npos) << "a failed family must not be promoted";
+  EXPECT_NE(md.find("- Llama (prefix 128): mismatch"), std::string::npos) << md;
+  EXPECT_NE(md.find("| Use case | Qwen3Next | Gemma2 | OLMo |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| Open chat | 8.00x | 1.10x | - |"), std::string::npos) << md;
+}
+
+TEST(BenchCli, BadArgumentsExitWithCodeTwo) {
+  const std::string bin = StrCat(SKIPPY_TEST_BIN_DIR, "/skippy-bench");
+  auto rc = [&](const std::string& args) { return WEXITSTATUS(std::system((bin + " " + args + " >/dev/null 2>&1").c_str())); };
+  EXPECT_EQ(2, rc("production"));
+  EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --case nope"));
+  EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --prefix-token-sweep 128,abc"));
+  EXPECT_EQ(2, rc("report --input /nonexistent.json --output /tmp/skippy-x.md"));
+}
+
+}  // namespace

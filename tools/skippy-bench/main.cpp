@@ -1,0 +1,145 @@
+// skippy-bench: the family benchmark against llama-server and the README report.
+//
+//   skippy-bench production --output-dir OUT [--case KEY ...] [--use-case NAME|all] ...
+//   skippy-bench report --input A.json [--input B.json ...] --output readme-tables.md
+//
+// Exit codes: 0 done (per-case failures are rows with a status), 2 bad input, 4 internal error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "skippy/bench/concurrency.h"
+#include "skippy/bench/production.h"
+#include "skippy/bench/report.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path SelfDir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : p.parent_path();
+}
+
+std::string DefaultCacheDir() {
+  if (const char* v = std::getenv("SKIPPY_CACHE_DIR")) return v;
+  if (const char* v = std::getenv("XDG_CACHE_HOME")) return std::string(v) + "/skippy";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/skippy";
+}
+
+std::vector<int32_t> ParseIntList(const std::string& s) {
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    const int v = std::stoi(item, &used);
+    if (used != item.size()) throw CLI::ValidationError("list", "not an integer: " + item);
+    out.push_back(v);
+  }
+  return out;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "skippy-bench: %s\n", std::string(s.message()).c_str());
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"skippy-bench: Skippy vs llama-server, family by family, and the README report"};
+  app.require_subcommand(1);
+
+  skippy::bench::ProductionOptions o;
+  o.correctness_bin = (SelfDir() / "skippy-correctness").string();
+  o.llama_server_bin = (SelfDir() / "llama-server").string();
+  if (const char* stage = std::getenv("LLAMA_STAGE_BUILD_DIR")) o.llama_server_bin = std::string(stage) + "/bin/llama-server";
+  o.use_case_corpus = SKIPPY_DEFAULT_CORPUS;
+  std::string prefix_tokens = "128", sweep, concurrency;
+  CLI::App* prod = app.add_subcommand("production", "certify and benchmark each family against llama-server");
+  prod->add_option("--output-dir", o.output_dir, "where production-cache-bench.json/.md go")->required();
+  prod->add_option("--case", o.cases, "family key (repeatable); default: every family");
+  prod->add_option("--runtime-lane-count", o.runtime_lane_count, "Skippy lanes")->capture_default_str();
+  prod->add_option("--llama-parallel", o.llama_parallel, "llama-server --parallel")->capture_default_str();
+  prod->add_option("--prefix-tokens", prefix_tokens, "prefix tokens")->capture_default_str();
+  prod->add_option("--prefix-token-sweep", sweep, "comma-separated prefix lengths, e.g. 128,512");
+  prod->add_option("--use-case", o.use_case, "a use-case key or 'all'");
+  prod->add_option("--use-case-corpus", o.use_case_corpus, "corpus JSON")->capture_default_str();
+  prod->add_option("--cache-hit-repeats", o.cache_hit_repeats, "Skippy cache hits per row")->capture_default_str();
+  prod->add_option("--llama-repeats", o.llama_repeats, "llama-server requests per row")->capture_default_str();
+  prod->add_flag("--skip-llama-server", o.skip_llama_server, "certify and time Skippy only");
+  prod->add_option("--llama-server-bin", o.llama_server_bin, "llama-server binary")->capture_default_str();
+  prod->add_option("--correctness-bin", o.correctness_bin, "skippy-correctness binary")->capture_default_str();
+  prod->add_flag("--borrow-resident-hits", o.borrow_resident_hits, "see skippy-correctness");
+  prod->add_flag("--cache-decoded-result-hits", o.cache_decoded_result_hits, "see skippy-correctness");
+  prod->add_option("--correctness-timeout-secs", o.correctness_timeout_secs, "per certification")->capture_default_str();
+  prod->add_option("--server-startup-timeout-secs", o.server_startup_timeout_secs, "llama-server health wait")->capture_default_str();
+  prod->add_option("--request-timeout-secs", o.request_timeout_secs, "per HTTP request")->capture_default_str();
+  prod->add_option("--model-dir", o.model_dir, "real GGUFs named <family-key>.gguf instead of the zoo");
+  prod->add_option("--zoo-preset", o.zoo_preset, "tiny | bench | real")->capture_default_str();
+  prod->add_option("--zoo-dir", o.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
+  prod->add_option("--threads", o.threads, "threads for both servers")->capture_default_str();
+  prod->add_option("--ctx-size", o.ctx_size, "context size for both")->capture_default_str();
+  prod->add_option("--batch-size", o.batch_size, "batch = ubatch for both")->capture_default_str();
+  bool no_fa = false;
+  prod->add_flag("--no-flash-attn", no_fa, "flash attention off on both (default on)");
+  prod->add_option("--concurrency-sweep", concurrency, "comma-separated client counts, e.g. 1,2,4");
+  prod->add_option("--concurrent-requests", o.concurrent_requests, "requests per sweep level")->capture_default_str();
+  prod->add_option("--ttft-slo-ms", o.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();
+  prod->add_option("--tpot-slo-ms", o.tpot_slo_ms, "TPOT SLO for goodput")->capture_default_str();
+
+  skippy::bench::ReportOptions ro;
+  bool no_charts = false;
+  CLI::App* rep = app.add_subcommand("report", "render README tables (and charts) from production JSON");
+  rep->add_option("--input", ro.inputs, "production-cache-bench.json (repeatable)")->required();
+  rep->add_option("--output", ro.output, "markdown file")->required();
+  rep->add_flag("--no-charts", no_charts, "skip the gnuplot charts");
+
+  try {
+    app.parse(argc, argv);
+    o.prefix_tokens = ParseIntList(sweep.empty() ? prefix_tokens : sweep);
+    if (!concurrency.empty()) o.concurrency_sweep = ParseIntList(concurrency);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "skippy-bench: bad number list: %s\n", e.what());
+    return 2;
+  }
+
+  if (*prod) {
+    o.flash_attn = !no_fa;
+    if (o.zoo_dir.empty()) o.zoo_dir = DefaultCacheDir() + "/zoo/" + o.zoo_preset;
+    auto doc = skippy::bench::RunProduction(o);
+    if (!doc.ok()) return Fail(doc.status());
+    size_t ok = 0, rows = (*doc)["rows"].size();
+    for (const auto& r : (*doc)["rows"]) ok += r.value("status", "") == "ok";
+    std::fprintf(stderr, "[bench] done: %zu/%zu rows measured against llama-server -> %s/production-cache-bench.json\n", ok,
+                 rows, o.output_dir.c_str());
+    if (!o.concurrency_sweep.empty()) {
+      auto sweep_doc = skippy::bench::RunConcurrencySweep(o);
+      if (!sweep_doc.ok()) return Fail(sweep_doc.status());
+      std::fprintf(stderr, "[bench] concurrency sweep -> %s/concurrency-sweep.json\n", o.output_dir.c_str());
+    }
+    return 0;
+  }
+  ro.charts = !no_charts;
+  auto md = skippy::bench::WriteReport(ro);
+  if (!md.ok()) return Fail(md.status());
+  std::fprintf(stderr, "[bench] report -> %s\n", ro.output.c_str());
+  return 0;
+}
