@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "skippy/bench/llama_server.h"
+#include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/zoo/zoo_spec.h"
 
@@ -18,14 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
 
 }  // namespace
 

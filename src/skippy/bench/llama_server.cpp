@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "httplib.h"
+#include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 
 namespace skippy::bench {
@@ -13,7 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include "skippy/bench/llama_server.h"
 #include "skippy/bench/use_case_corpus.h"
 #include "skippy/cache/family_policy.h"
+#include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/common/subprocess.h"
 #include "skippy/zoo/zoo_spec.h"
@@ -34,19 +35,7 @@ const char* const kDefaultBenchmarkPrompt =
 
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
-double Mean(const std::vector<double>& v) {
-  if (v.empty()) return 0;
-  double s = 0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
 
 std::string ReadFile(const fs::path& p) {
   std::ifstream in(p);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "skippy/cache/family_policy.h"
+#include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/common/subprocess.h"
 
@@ -52,12 +53,6 @@ int FamilyOrder(const std::string& key) {
 
 bool Promoted(const json& r) { return r.value("status", "") == "ok"; }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 

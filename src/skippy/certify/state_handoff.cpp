@@ -8,6 +8,7 @@
 
 #include "skippy/cache/payload_store.h"
 #include "skippy/common/digest.h"
+#include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/engine.h"
 
@@ -30,16 +31,7 @@ constexpr const char* kFiller =
     " without recomputing the tokens it has already seen.";
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 Token Argmax(const std::vector<float>& logits) {
   return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
