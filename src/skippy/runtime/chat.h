@@ -1,0 +1,40 @@
+// Chat prompts: rendering OpenAI-style messages into prompt text with the model's chat template.
+//
+// RenderChat uses the template stored in the GGUF (tokenizer.chat_template) through llama.cpp's
+// llama_chat_apply_template, which recognises a fixed list of well-known templates (ChatML, Llama 3,
+// Gemma, GLM, DeepSeek, ...) by their text; it does not run Jinja. When the model has no template,
+// or llama.cpp does not recognise it, the fallback is ChatML:
+//     <|im_start|>{role}\n{content}<|im_end|>\n   per message, then "<|im_start|>assistant\n"
+// (template_name says which was used: the llama.cpp name of the template, or "chatml-fallback").
+//
+// message_ends[i] is the byte offset in `text` where message i ends (the rendering of messages
+// [0, i] is a prefix of the whole rendering there); it is omitted (empty) when a template does
+// not render prefixes that way. Callers use it to find message boundaries for record planning.
+//
+// Thread-safety: pure functions of an immutable Model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "skippy/common/status.h"
+#include "skippy/runtime/model.h"
+
+namespace skippy::runtime {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", ...
+  std::string content;
+};
+
+struct RenderedChat {
+  std::string text;
+  std::string template_name;
+  std::vector<size_t> message_ends;  // byte offsets into text; empty if unknown
+};
+
+// InvalidArgument for no messages or a message with an empty role.
+[[nodiscard]] StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
+                                                bool add_assistant_prompt = true);
+
+}  // namespace skippy::runtime

@@ -1,0 +1,69 @@
+#include "skippy/runtime/sampler.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "llama.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::runtime {
+
+StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must lie in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must lie in [0, 1]");
+  std::unique_ptr<Sampler> s(new Sampler());
+  if (p.temperature <= 0.0f) return s;
+  llama_sampler_chain_params cp = llama_sampler_chain_default_params();
+  cp.no_perf = true;
+  s->chain_ = llama_sampler_chain_init(cp);
+  if (p.top_k > 0) llama_sampler_chain_add(s->chain_, llama_sampler_init_top_k(p.top_k));
+  if (p.top_p < 1.0f) llama_sampler_chain_add(s->chain_, llama_sampler_init_top_p(p.top_p, 1));
+  if (p.min_p > 0.0f) llama_sampler_chain_add(s->chain_, llama_sampler_init_min_p(p.min_p, 1));
+  llama_sampler_chain_add(s->chain_, llama_sampler_init_temp(p.temperature));
+  llama_sampler_chain_add(s->chain_, llama_sampler_init_dist(p.seed));
+  return s;
+}
+
+Sampler::~Sampler() {
+  if (chain_ != nullptr) llama_sampler_free(chain_);
+}
+
+Token Sampler::Sample(std::span<const float> logits) {
+  if (chain_ == nullptr) {
+    return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<llama_token_data> data(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) data[i] = {static_cast<llama_token>(i), logits[i], 0.0f};
+  llama_token_data_array arr{data.data(), data.size(), -1, false};
+  llama_sampler_apply(chain_, &arr);
+  if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) {
+    return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  const Token t = arr.data[arr.selected].id;
+  llama_sampler_accept(chain_, t);
+  return t;
+}
+
+bool IsEndOfGeneration(const Model& model, Token token) {
+  if (token < 0 || token >= model.n_vocab()) return false;
+  return llama_vocab_is_eog(llama_model_get_vocab(model.raw()), token);
+}
+
+StatusOr<std::string> TokenPiece(const Model& model, Token token, bool special) {
+  if (token < 0 || token >= model.n_vocab()) {
+    return absl::InvalidArgumentError(StrCat("token id ", token, " is outside the vocabulary"));
+  }
+  const llama_vocab* vocab = llama_model_get_vocab(model.raw());
+  std::string out(32, '\0');
+  int32_t n = llama_token_to_piece(vocab, token, out.data(), static_cast<int32_t>(out.size()), 0, special);
+  if (n < 0) {
+    out.resize(static_cast<size_t>(-n));
+    n = llama_token_to_piece(vocab, token, out.data(), static_cast<int32_t>(out.size()), 0, special);
+  }
+  if (n < 0) return absl::InternalError("token_to_piece failed");
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace skippy::runtime

@@ -1,0 +1,62 @@
+// HttpServer: the HTTP face of skippy-server (cpp-httplib), OpenAI- and llama-server-compatible.
+//
+// Endpoints:
+//   GET  /health               200 {"status":"ok"} once the model is loaded, 503 while loading
+//   GET  /v1/models            the one served model
+//   POST /v1/completions       OpenAI completions (prompt: string, token ids, or a one-element array)
+//   POST /v1/chat/completions  OpenAI chat completions (the GGUF's chat template, ChatML fallback)
+//   POST /completion           llama-server's endpoint (n_predict, content, tokens_cached, timings)
+//   GET  /metrics              Prometheus text
+//   GET  /cache/stats          cache statistics (JSON)
+//   POST /cache/clear          {"cache_salt": s} clears one namespace; {} clears the caller's
+//                              namespace ("" salt) when its API key has one, else everything
+// Every generation endpoint streams Server-Sent Events with "stream": true.
+//
+// Auth: with --api-key, every endpoint but /health needs "Authorization: Bearer KEY" (or
+// "x-api-key: KEY"); otherwise 401 with an OpenAI-style error body. A key given as KEY:NAMESPACE
+// puts its requests in that cache namespace; a request's cache_salt is a namespace inside it.
+// Tenants never share cache entries across namespaces.
+//
+// Errors: every 4xx/5xx carries {"error": {"message", "type", "code"}}. Rejections for a full
+// queue are 503 with Retry-After.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "skippy/common/status.h"
+#include "skippy/server/metrics.h"
+#include "skippy/server/scheduler.h"
+#include "skippy/server/server_options.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace skippy::server {
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerOptions options);
+  ~HttpServer();
+
+  // Binds, loads the model in the background (health is 503 until done) and serves until Stop().
+  // Returns an error if the port cannot be bound or the model cannot be loaded.
+  [[nodiscard]] Status Run();
+  void Stop();
+
+ private:
+  void Routes();
+
+  ServerOptions options_;
+  Metrics metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread loader_;
+  Status load_status_;
+  std::atomic<bool> load_failed_{false};
+};
+
+}  // namespace skippy::server

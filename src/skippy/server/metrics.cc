@@ -1,0 +1,105 @@
+#include "skippy/server/metrics.h"
+
+#include "skippy/common/strings.h"
+
+namespace skippy::server {
+
+void Metrics::CountRequest(const std::string& endpoint, int status) {
+  std::lock_guard lock(mu_);
+  ++requests_[{endpoint, status}];
+}
+void Metrics::CountHit(bool decoded_result) {
+  std::lock_guard lock(mu_);
+  ++hits_;
+  if (decoded_result) ++decoded_hits_;
+}
+void Metrics::CountMiss(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  ++misses_[reason];
+}
+void Metrics::AddPromptTokens(uint64_t matched, uint64_t recomputed) {
+  std::lock_guard lock(mu_);
+  matched_tokens_ += matched;
+  recomputed_tokens_ += recomputed;
+}
+void Metrics::AddGenerated(uint64_t tokens) {
+  std::lock_guard lock(mu_);
+  generated_tokens_ += tokens;
+}
+void Metrics::ObserveTtft(double seconds) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
+    if (seconds <= kTtftBuckets[i]) ++ttft_buckets_[i];
+  }
+  ++ttft_count_;
+  ttft_sum_ += seconds;
+}
+void Metrics::CountRejected() {
+  std::lock_guard lock(mu_);
+  ++rejected_;
+}
+void Metrics::CountCancelled() {
+  std::lock_guard lock(mu_);
+  ++cancelled_;
+}
+
+std::string Metrics::Render(const Gauges& g) const {
+  std::lock_guard lock(mu_);
+  std::string o;
+  auto head = [&](const char* name, const char* type, const char* help) {
+    StrAppend(&o, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  };
+  head("skippy_requests_total", "counter", "HTTP requests by endpoint and status.");
+  for (const auto& [k, v] : requests_) {
+    StrAppend(&o, "skippy_requests_total{endpoint=\"", k.first, "\",status=\"", k.second, "\"} ", v, "\n");
+  }
+  head("skippy_cache_hits_total", "counter", "Generation requests that restored a cached prefix.");
+  StrAppend(&o, "skippy_cache_hits_total ", hits_, "\n");
+  head("skippy_cache_decoded_result_hits_total", "counter", "Exact repeats answered from stored last logits.");
+  StrAppend(&o, "skippy_cache_decoded_result_hits_total ", decoded_hits_, "\n");
+  head("skippy_cache_misses_total", "counter", "Generation requests without a usable prefix, by reason.");
+  for (const char* reason : {"never-seen", "evicted", "identity-mismatch", "swa-shorter-prefix", "restore-failed",
+                             "cache-disabled"}) {
+    auto it = misses_.find(reason);
+    StrAppend(&o, "skippy_cache_misses_total{reason=\"", reason, "\"} ", it == misses_.end() ? 0 : it->second, "\n");
+  }
+  head("skippy_prompt_tokens_matched_total", "counter", "Prompt tokens served from the cache.");
+  StrAppend(&o, "skippy_prompt_tokens_matched_total ", matched_tokens_, "\n");
+  head("skippy_prompt_tokens_recomputed_total", "counter", "Prompt tokens prefilled.");
+  StrAppend(&o, "skippy_prompt_tokens_recomputed_total ", recomputed_tokens_, "\n");
+  head("skippy_generated_tokens_total", "counter", "Tokens generated.");
+  StrAppend(&o, "skippy_generated_tokens_total ", generated_tokens_, "\n");
+  head("skippy_requests_rejected_total", "counter", "Requests refused because lanes and queue were full.");
+  StrAppend(&o, "skippy_requests_rejected_total ", rejected_, "\n");
+  head("skippy_requests_cancelled_total", "counter", "Requests whose client went away before the end.");
+  StrAppend(&o, "skippy_requests_cancelled_total ", cancelled_, "\n");
+  head("skippy_cache_entries", "gauge", "Live prefix entries (ResidentKv and KvRecurrent).");
+  StrAppend(&o, "skippy_cache_entries ", g.cache_entries, "\n");
+  head("skippy_cache_bytes", "gauge", "Bytes held by prefix entries: logical charge and physical.");
+  StrAppend(&o, "skippy_cache_bytes{kind=\"logical\"} ", g.cache_bytes_logical, "\n");
+  StrAppend(&o, "skippy_cache_bytes{kind=\"physical\"} ", g.cache_bytes_physical, "\n");
+  head("skippy_cache_decoded_entries", "gauge", "Decoded-result (exact repeat) entries.");
+  StrAppend(&o, "skippy_cache_decoded_entries ", g.decoded_entries, "\n");
+  head("skippy_cache_decoded_bytes", "gauge", "Bytes held by decoded-result entries.");
+  StrAppend(&o, "skippy_cache_decoded_bytes ", g.decoded_bytes, "\n");
+  head("skippy_cache_evictions_total", "counter", "Prefix entries evicted to make room.");
+  StrAppend(&o, "skippy_cache_evictions_total ", g.cache_evictions, "\n");
+  head("skippy_lanes", "gauge", "Runtime lanes.");
+  StrAppend(&o, "skippy_lanes ", g.lanes_total, "\n");
+  head("skippy_lanes_busy", "gauge", "Lanes serving a request.");
+  StrAppend(&o, "skippy_lanes_busy ", g.lanes_busy, "\n");
+  head("skippy_queue_depth", "gauge", "Requests waiting for a lane.");
+  StrAppend(&o, "skippy_queue_depth ", g.queue_depth, "\n");
+  head("skippy_model_loading", "gauge", "1 while the model is loading.");
+  StrAppend(&o, "skippy_model_loading ", g.loading ? 1 : 0, "\n");
+  head("skippy_ttft_seconds", "histogram", "Time from arrival to the first generated token, in the server.");
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
+    StrAppend(&o, "skippy_ttft_seconds_bucket{le=\"", kTtftBuckets[i], "\"} ", ttft_buckets_[i], "\n");
+  }
+  StrAppend(&o, "skippy_ttft_seconds_bucket{le=\"+Inf\"} ", ttft_count_, "\n");
+  StrAppend(&o, "skippy_ttft_seconds_sum ", ttft_sum_, "\n");
+  StrAppend(&o, "skippy_ttft_seconds_count ", ttft_count_, "\n");
+  return o;
+}
+
+}  // namespace skippy::server

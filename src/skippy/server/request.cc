@@ -1,0 +1,309 @@
+#include "skippy/server/request.h"
+
+#include <set>
+#include <string_view>
+
+#include "skippy/common/strings.h"
+
+namespace skippy::server {
+
+using nlohmann::json;
+
+namespace {
+
+Status TypeError(std::string_view field, std::string_view want) {
+  return absl::InvalidArgumentError(StrCat("field '", field, "' must be ", want));
+}
+
+const json* Get(const json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+StatusOr<std::optional<int64_t>> GetInt(const json& body, const char* key) {
+  const json* v = Get(body, key);
+  if (!v) return std::optional<int64_t>();
+  if (v->is_number_integer() || v->is_number_unsigned()) {
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) return TypeError(key, "an integer in range");
+    return std::optional<int64_t>(v->get<int64_t>());
+  }
+  // 8.0 is accepted as 8 (some clients send floats), 8.5 is not.
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -1e15 && d < 1e15) return std::optional<int64_t>(static_cast<int64_t>(d));
+  }
+  return TypeError(key, "an integer");
+}
+
+StatusOr<std::optional<double>> GetNumber(const json& body, const char* key) {
+  const json* v = Get(body, key);
+  if (!v) return std::optional<double>();
+  if (!v->is_number()) return TypeError(key, "a number");
+  return std::optional<double>(v->get<double>());
+}
+
+StatusOr<std::optional<bool>> GetBool(const json& body, const char* key) {
+  const json* v = Get(body, key);
+  if (!v) return std::optional<bool>();
+  if (!v->is_boolean()) return TypeError(key, "a boolean");
+  return std::optional<bool>(v->get<bool>());
+}
+
+StatusOr<std::optional<std::string>> GetString(const json& body, const char* key) {
+  const json* v = Get(body, key);
+  if (!v) return std::optional<std::string>();
+  if (!v->is_string()) return TypeError(key, "a string");
+  return std::optional<std::string>(v->get<std::string>());
+}
+
+StatusOr<std::vector<runtime::Token>> TokenArray(const json& arr, std::string_view field) {
+  std::vector<runtime::Token> out;
+  out.reserve(arr.size());
+  for (const json& t : arr) {
+    if (!t.is_number_integer() && !t.is_number_unsigned()) return TypeError(field, "an array of integer token ids");
+    const int64_t v = t.get<int64_t>();
+    if (v < 0 || v > INT32_MAX) return absl::InvalidArgumentError(StrCat("token id ", v, " in '", field, "' is out of range"));
+    out.push_back(static_cast<runtime::Token>(v));
+  }
+  return out;
+}
+
+Status ParsePrompt(const json& p, GenerationRequest& r) {
+  if (p.is_string()) {
+    r.prompt_text = p.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!p.is_array()) return TypeError("prompt", "a string, an array of token ids, or a one-element array");
+  if (p.empty()) return absl::InvalidArgumentError("field 'prompt' is empty");
+  if (p[0].is_number()) {
+    SKIPPY_ASSIGN_OR_RETURN(r.prompt_tokens, TokenArray(p, "prompt"));
+    return absl::OkStatus();
+  }
+  if (p.size() != 1) return absl::InvalidArgumentError("batched prompts are not supported: send one prompt per request");
+  if (p[0].is_string()) {
+    r.prompt_text = p[0].get<std::string>();
+    return absl::OkStatus();
+  }
+  if (p[0].is_array()) {
+    SKIPPY_ASSIGN_OR_RETURN(r.prompt_tokens, TokenArray(p[0], "prompt"));
+    return absl::OkStatus();
+  }
+  return TypeError("prompt", "a string, an array of token ids, or a one-element array");
+}
+
+Status ParseMessages(const json& m, GenerationRequest& r) {
+  if (!m.is_array()) return TypeError("messages", "an array");
+  if (m.empty()) return absl::InvalidArgumentError("field 'messages' is empty");
+  for (size_t i = 0; i < m.size(); ++i) {
+    const json& msg = m[i];
+    if (!msg.is_object()) return TypeError(StrCat("messages[", i, "]"), "an object");
+    runtime::ChatMessage cm;
+    auto role = msg.find("role");
+    if (role == msg.end() || !role->is_string() || role->get<std::string>().empty()) {
+      return TypeError(StrCat("messages[", i, "].role"), "a non-empty string");
+    }
+    cm.role = role->get<std::string>();
+    auto content = msg.find("content");
+    if (content == msg.end() || content->is_null()) {
+      cm.content = "";
+    } else if (content->is_string()) {
+      cm.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // OpenAI content parts: only text parts are supported.
+      for (const json& part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+          return absl::InvalidArgumentError(StrCat("messages[", i, "].content: only text parts are supported"));
+        }
+        cm.content += part["text"].get<std::string>();
+      }
+    } else {
+      return TypeError(StrCat("messages[", i, "].content"), "a string or an array of text parts");
+    }
+    for (auto it = msg.begin(); it != msg.end(); ++it) {
+      if (it.key() != "role" && it.key() != "content" && it.key() != "name") {
+        return absl::InvalidArgumentError(StrCat("messages[", i, "]: unsupported field '", it.key(), "'"));
+      }
+    }
+    r.messages.push_back(std::move(cm));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  static const std::set<std::string, std::less<>> kCommon = {
+      "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+      "cache_salt", "user", "n", "ignore_eos", "presence_penalty", "frequency_penalty", "logprobs", "cache_prompt",
+      "return_tokens"};
+  static const std::set<std::string, std::less<>> kCompletion = {"prompt", "echo", "suffix", "best_of"};
+  static const std::set<std::string, std::less<>> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const std::set<std::string, std::less<>> kLlama = {"prompt", "n_predict", "id_slot", "t_max_predict_ms"};
+  const auto& extra = endpoint == Endpoint::kChatCompletions ? kChat
+                      : endpoint == Endpoint::kCompletions   ? kCompletion
+                                                             : kLlama;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (!kCommon.contains(it.key()) && !extra.contains(it.key())) {
+      return absl::InvalidArgumentError(StrCat("unknown field '", it.key(), "'"));
+    }
+  }
+
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  SKIPPY_ASSIGN_OR_RETURN(auto model, GetString(body, "model"));
+  r.model = model.value_or("");
+
+  if (endpoint == Endpoint::kChatCompletions) {
+    const json* m = Get(body, "messages");
+    if (!m) return absl::InvalidArgumentError("field 'messages' is required");
+    SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r));
+  } else {
+    const json* p = Get(body, "prompt");
+    if (!p) return absl::InvalidArgumentError("field 'prompt' is required");
+    SKIPPY_RETURN_IF_ERROR(ParsePrompt(*p, r));
+  }
+
+  // Length.
+  const char* len_key = endpoint == Endpoint::kLlamaCompletion ? "n_predict" : "max_tokens";
+  SKIPPY_ASSIGN_OR_RETURN(auto max_tokens, GetInt(body, len_key));
+  if (endpoint == Endpoint::kLlamaCompletion && !max_tokens) {
+    SKIPPY_ASSIGN_OR_RETURN(max_tokens, GetInt(body, "max_tokens"));
+    len_key = "max_tokens";
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    SKIPPY_ASSIGN_OR_RETURN(auto mct, GetInt(body, "max_completion_tokens"));
+    if (mct) {
+      max_tokens = mct;
+      len_key = "max_completion_tokens";
+    }
+  }
+  if (max_tokens) {
+    if (*max_tokens == -1 && endpoint == Endpoint::kLlamaCompletion) {
+      r.max_tokens = -1;
+    } else if (*max_tokens < 0) {
+      return absl::InvalidArgumentError(StrCat("field '", len_key, "' must be >= 0, got ", *max_tokens));
+    } else {
+      r.max_tokens = *max_tokens;
+    }
+  }
+
+  // Sampling.
+  r.sampling.temperature = endpoint == Endpoint::kLlamaCompletion ? 0.8f : 1.0f;
+  SKIPPY_ASSIGN_OR_RETURN(auto temp, GetNumber(body, "temperature"));
+  if (temp) {
+    if (*temp < 0 || *temp > 100) return absl::InvalidArgumentError("field 'temperature' must lie in [0, 100]");
+    r.sampling.temperature = static_cast<float>(*temp);
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto top_p, GetNumber(body, "top_p"));
+  if (top_p) {
+    if (*top_p <= 0 || *top_p > 1) return absl::InvalidArgumentError("field 'top_p' must lie in (0, 1]");
+    r.sampling.top_p = static_cast<float>(*top_p);
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto min_p, GetNumber(body, "min_p"));
+  if (min_p) {
+    if (*min_p < 0 || *min_p > 1) return absl::InvalidArgumentError("field 'min_p' must lie in [0, 1]");
+    r.sampling.min_p = static_cast<float>(*min_p);
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto top_k, GetInt(body, "top_k"));
+  if (top_k) {
+    if (*top_k < 0 || *top_k > INT32_MAX) return absl::InvalidArgumentError("field 'top_k' must be >= 0");
+    r.sampling.top_k = static_cast<int32_t>(*top_k);
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto seed, GetInt(body, "seed"));
+  if (seed && *seed != -1) {
+    if (*seed < 0 || *seed > UINT32_MAX) return absl::InvalidArgumentError("field 'seed' must lie in [0, 2^32)");
+    r.sampling.seed = static_cast<uint32_t>(*seed);
+    r.seed_given = true;
+  }
+
+  // Flags.
+  SKIPPY_ASSIGN_OR_RETURN(auto stream, GetBool(body, "stream"));
+  r.stream = stream.value_or(false);
+  if (const json* so = Get(body, "stream_options")) {
+    if (!so->is_object()) return TypeError("stream_options", "an object");
+    auto iu = so->find("include_usage");
+    if (iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean()) return TypeError("stream_options.include_usage", "a boolean");
+      r.include_usage = iu->get<bool>();
+    }
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto ignore_eos, GetBool(body, "ignore_eos"));
+  r.ignore_eos = ignore_eos.value_or(false);
+  SKIPPY_ASSIGN_OR_RETURN(auto return_tokens, GetBool(body, "return_tokens"));
+  r.return_tokens = return_tokens.value_or(false);
+  SKIPPY_ASSIGN_OR_RETURN(auto cache_prompt, GetBool(body, "cache_prompt"));
+  (void)cache_prompt;  // accepted for llama-server compatibility; the cache is always on unless --no-cache
+  SKIPPY_ASSIGN_OR_RETURN(auto salt, GetString(body, "cache_salt"));
+  r.cache_salt = salt.value_or("");
+  SKIPPY_ASSIGN_OR_RETURN(auto user, GetString(body, "user"));
+  (void)user;
+
+  if (const json* stop = Get(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > 16) return absl::InvalidArgumentError("field 'stop' has more than 16 entries");
+      for (const json& s : *stop) {
+        if (!s.is_string()) return TypeError("stop", "a string or an array of strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return TypeError("stop", "a string or an array of strings");
+    }
+    for (const auto& s : r.stop) {
+      if (s.empty()) return absl::InvalidArgumentError("field 'stop' has an empty string");
+    }
+  }
+
+  // Accepted only with their neutral values.
+  SKIPPY_ASSIGN_OR_RETURN(auto n, GetInt(body, "n"));
+  if (n && *n != 1) return absl::InvalidArgumentError("unsupported: 'n' must be 1");
+  SKIPPY_ASSIGN_OR_RETURN(auto best_of, GetInt(body, "best_of"));
+  if (best_of && *best_of != 1) return absl::InvalidArgumentError("unsupported: 'best_of' must be 1");
+  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
+    SKIPPY_ASSIGN_OR_RETURN(auto v, GetNumber(body, k));
+    if (v && *v != 0) return absl::InvalidArgumentError(StrCat("unsupported: '", k, "' must be 0"));
+  }
+  if (const json* lp = Get(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
+                                              !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
+    return absl::InvalidArgumentError("unsupported: 'logprobs'");
+  }
+  if (const json* tl = Get(body, "top_logprobs"); tl && !(tl->is_number_integer() && tl->get<int64_t>() == 0)) {
+    return absl::InvalidArgumentError("unsupported: 'top_logprobs'");
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
+  if (echo.value_or(false)) return absl::InvalidArgumentError("unsupported: 'echo'");
+  SKIPPY_ASSIGN_OR_RETURN(auto suffix, GetString(body, "suffix"));
+  if (suffix && !suffix->empty()) return absl::InvalidArgumentError("unsupported: 'suffix'");
+  SKIPPY_ASSIGN_OR_RETURN(auto id_slot, GetInt(body, "id_slot"));
+  (void)id_slot;
+  SKIPPY_ASSIGN_OR_RETURN(auto t_max, GetInt(body, "t_max_predict_ms"));
+  (void)t_max;
+  return r;
+}
+
+StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request) {
+  PreparedPrompt out;
+  if (request.prompt_tokens) {
+    out.tokens = *request.prompt_tokens;
+  } else if (request.prompt_text) {
+    if (request.prompt_text->empty()) return absl::InvalidArgumentError("the prompt is empty");
+    SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(*request.prompt_text, /*add_special=*/true, /*parse_special=*/true));
+  } else {
+    SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, request.messages, true));
+    SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(chat.text, true, true));
+    // A message boundary counts only where tokenizing the prefix text gives a prefix of the tokens.
+    for (size_t end : chat.message_ends) {
+      auto part = model.Tokenize(std::string_view(chat.text).substr(0, end), true, true);
+      if (!part.ok() || part->empty() || part->size() >= out.tokens.size()) continue;
+      if (std::equal(part->begin(), part->end(), out.tokens.begin())) out.message_boundaries.push_back(part->size());
+    }
+  }
+  if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
+  SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
+  return out;
+}
+
+}  // namespace skippy::server

@@ -1,0 +1,63 @@
+// Parsing and validating generation requests (the JSON bodies of /v1/completions,
+// /v1/chat/completions and llama-server's /completion) before anything touches the engine.
+//
+// Field policy (documented in the README):
+//   - Unknown fields are rejected (400, code "unknown_field"): a typo such as "max_token" must not
+//     silently run with defaults. Fields OpenAI clients commonly send that skippy does not
+//     implement are accepted only with their neutral value (n = 1, presence/frequency penalty 0,
+//     logprobs false/null, echo false, suffix null/""); other values are 400 "unsupported_field".
+//   - A JSON null counts as absent.
+//   - Types are strict: "max_tokens": "8" is 400.
+//   - max_tokens / n_predict: 0 evaluates the prompt only, n_predict -1 (or absent) means the
+//     server default; any other negative value is 400. The bound against the context is checked
+//     after tokenization (CheckBudget).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "skippy/common/status.h"
+#include "skippy/runtime/chat.h"
+#include "skippy/runtime/model.h"
+#include "skippy/runtime/sampler.h"
+
+namespace skippy::server {
+
+enum class Endpoint { kLlamaCompletion, kCompletions, kChatCompletions };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  // Exactly one prompt form is set: text, token ids, or chat messages.
+  std::optional<std::string> prompt_text;
+  std::optional<std::vector<runtime::Token>> prompt_tokens;
+  std::vector<runtime::ChatMessage> messages;
+  int64_t max_tokens = -1;  // -1: server default
+  runtime::SamplingParams sampling;
+  bool seed_given = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::vector<std::string> stop;
+  std::string cache_salt;      // tenant namespace inside the API key's namespace
+  bool ignore_eos = false;
+  bool return_tokens = false;  // /completion: include generated token ids ("tokens")
+};
+
+// InvalidArgument with a message that names the field. `body` must be a parsed JSON value.
+[[nodiscard]] StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const nlohmann::json& body);
+
+struct PreparedPrompt {
+  std::vector<runtime::Token> tokens;
+  std::vector<size_t> message_boundaries;  // token offsets where chat messages end (may be empty)
+};
+
+// Tokenizes (rendering chat messages with the model's template) and validates token ids.
+// InvalidArgument for an empty prompt or an id outside the vocabulary.
+[[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request);
+
+}  // namespace skippy::server

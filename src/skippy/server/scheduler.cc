@@ -1,0 +1,355 @@
+#include "skippy/server/scheduler.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "skippy/common/strings.h"
+#include "skippy/runtime/sampler.h"
+
+namespace skippy::server {
+
+using runtime::Token;
+
+namespace {
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Job
+
+Job::View Job::Snapshot() const { return view_; }
+
+Job::View Job::WaitFor(size_t have_tokens, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return view_.done || view_.tokens.size() > have_tokens; });
+  return Snapshot();
+}
+
+Job::View Job::Wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return view_.done; });
+  return Snapshot();
+}
+
+void Job::Append(Token token, const std::string& piece, bool* stop_hit) {
+  std::lock_guard lock(mu_);
+  view_.tokens.push_back(token);
+  const size_t old = view_.text.size();
+  view_.text += piece;
+  *stop_hit = false;
+  for (const std::string& s : request_.stop) {
+    const size_t from = old >= s.size() ? old - s.size() + 1 : 0;
+    const size_t at = view_.text.find(s, from);
+    if (at != std::string::npos) {
+      view_.text.resize(at);
+      *stop_hit = true;
+      break;
+    }
+  }
+  cv_.notify_all();
+}
+
+void Job::SetTimings(const JobTimings& t) {
+  std::lock_guard lock(mu_);
+  view_.timings = t;
+}
+
+void Job::Finish(std::string finish_reason, std::optional<ApiError> error, const JobTimings& timings) {
+  std::lock_guard lock(mu_);
+  view_.done = true;
+  view_.finish_reason = std::move(finish_reason);
+  view_.error = std::move(error);
+  view_.timings = timings;
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler
+
+Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::move(options)), metrics_(metrics) {
+  options_.lane_count = std::max<uint32_t>(1, options_.lane_count);
+  options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 1, std::max<uint32_t>(1, options_.n_batch));
+  model_name_ = options_.model_alias.empty() ? std::filesystem::path(options_.model_path).stem().string()
+                                             : options_.model_alias;
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+Status Scheduler::Load() {
+  runtime::EngineOptions eo;
+  eo.model_path = options_.model_path;
+  // The same context whether the cache is on or off (--no-cache must compute the same numbers):
+  // lanes * per-lane context + cells reserved for resident cache entries.
+  eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count + options_.cache_tokens;
+  eo.context.n_batch = options_.n_batch;
+  eo.context.n_ubatch = options_.n_batch;
+  eo.context.n_threads = options_.threads;
+  eo.context.flash_attn = options_.flash_attn;
+  eo.lane_count = options_.lane_count;
+  eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
+  SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
+  if (!engine_->family().enabled) {
+    std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
+  }
+  SKIPPY_ASSIGN_OR_RETURN(cache_, ServingCache::Create(options_, *engine_));
+  lanes_.resize(options_.lane_count);
+  thread_ = std::thread([this] { Loop(); });
+  ready_ = true;
+  return absl::OkStatus();
+}
+
+Status Scheduler::Submit(std::shared_ptr<Job> job) {
+  if (!ready_) return absl::UnavailableError("the model is loading");
+  std::lock_guard lock(mu_);
+  if (stop_) return absl::UnavailableError("the server is stopping");
+  if (busy_ + queue_.size() >= options_.lane_count + options_.queue_size) {
+    return absl::ResourceExhaustedError(StrCat("all ", options_.lane_count, " lanes are busy and ", queue_.size(),
+                                               " requests are waiting; retry later"));
+  }
+  queue_.push_back(std::move(job));
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+StatusOr<size_t> Scheduler::ClearCache(const std::optional<std::string>& ns) {
+  if (!ready_) return absl::UnavailableError("the model is loading");
+  std::promise<size_t> done;
+  auto fut = done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return absl::UnavailableError("the server is stopping");
+    controls_.push_back({ns, &done});
+    cv_.notify_all();
+  }
+  return fut.get();
+}
+
+nlohmann::json Scheduler::CacheStats() const {
+  if (!ready_) return nlohmann::json::object();
+  return cache_->StatsJson();
+}
+
+Gauges Scheduler::gauges() const {
+  Gauges g;
+  g.lanes_total = options_.lane_count;
+  g.loading = !ready_;
+  {
+    std::lock_guard lock(mu_);
+    g.lanes_busy = static_cast<uint32_t>(busy_);
+    g.queue_depth = queue_.size();
+  }
+  if (ready_) cache_->FillGauges(g);
+  return g;
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  for (auto& job : queue_) job->Finish("", ApiError{503, "server_error", "shutting_down", "the server is stopping"}, {});
+  queue_.clear();
+  for (auto& c : controls_) c.done->set_value(0);
+  controls_.clear();
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    std::vector<Control> controls;
+    {
+      std::unique_lock lock(mu_);
+      const bool active = std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.job != nullptr; });
+      cv_.wait(lock, [&] {
+        return stop_ || active || !controls_.empty() || (!queue_.empty() && busy_ < lanes_.size());
+      });
+      if (stop_) {
+        for (size_t i = 0; i < lanes_.size(); ++i) {
+          if (lanes_[i].job) {
+            lanes_[i].job->Finish("", ApiError{503, "server_error", "shutting_down", "the server is stopping"}, {});
+            lanes_[i].job.reset();
+          }
+        }
+        return;
+      }
+      controls.assign(controls_.begin(), controls_.end());
+      controls_.clear();
+      for (size_t i = 0; i < lanes_.size(); ++i) {
+        if (lanes_[i].job) continue;
+        while (!queue_.empty() && queue_.front()->cancelled()) {
+          queue_.front()->Finish("", ApiError{499, "invalid_request_error", "cancelled", "the client went away"}, {});
+          queue_.pop_front();
+          metrics_.CountCancelled();
+        }
+        if (queue_.empty()) break;
+        lanes_[i] = Lane{};
+        lanes_[i].job = std::move(queue_.front());
+        queue_.pop_front();
+        ++busy_;
+      }
+    }
+    for (const Control& c : controls) c.done->set_value(cache_->Clear(c.tenant_namespace));
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (lanes_[i].job) Step(static_cast<int32_t>(i));
+    }
+  }
+}
+
+void Scheduler::Step(int32_t id) {
+  Lane& lane = lanes_[id];
+  if (lane.job->cancelled()) {
+    metrics_.CountCancelled();
+    FinishLane(id, "", ApiError{499, "invalid_request_error", "cancelled", "the client went away"});
+    return;
+  }
+  switch (lane.phase) {
+    case Phase::kStart: StartJob(id); break;
+    case Phase::kPrefill: PrefillChunk(id); break;
+    case Phase::kGenerate: Generate(id); break;
+  }
+}
+
+void Scheduler::StartJob(int32_t id) {
+  Lane& lane = lanes_[id];
+  Job& job = *lane.job;
+  lane.started = Clock::now();
+  lane.timings.queue_ms = MsBetween(job.arrival(), lane.started);
+  const std::vector<Token>& prompt = job.prompt().tokens;
+
+  runtime::SamplingParams sp = job.request().sampling;
+  if (!job.request().seed_given) sp.seed = std::random_device{}();
+  auto sampler = runtime::Sampler::Create(sp);
+  if (!sampler.ok()) {
+    FinishLane(id, "", FromStatus(sampler.status()));
+    return;
+  }
+  lane.sampler = std::move(*sampler);
+
+  lane.scope = cache_->Scope(job.tenant_namespace());
+  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries);
+  if (Status s = engine_->Clear(id); !s.ok()) {
+    FinishLane(id, "", FromStatus(s));
+    return;
+  }
+  RestoreOutcome r = cache_->Restore(id, lane.scope, prompt);
+  lane.pos = r.restored;
+  lane.timings.cache_n = r.restored;
+  lane.timings.prompt_n = prompt.size() - r.restored;
+  lane.timings.cache_payload = r.payload;
+  lane.timings.cache_miss_reason = r.miss_reason;
+  lane.timings.decoded_result_hit = r.decoded != nullptr;
+  if (r.miss_reason.empty()) {
+    metrics_.CountHit(r.decoded != nullptr);
+  } else {
+    metrics_.CountMiss(r.miss_reason);
+  }
+  metrics_.AddPromptTokens(r.restored, prompt.size() - r.restored);
+  if (r.decoded) {
+    lane.logits = r.decoded->logits;
+    lane.prefill_done = Clock::now();
+    lane.phase = Phase::kGenerate;
+    Generate(id);  // the first token needs no decode: answer it in this step
+    return;
+  }
+  lane.next_chunk = 0;
+  while (lane.next_chunk < lane.plan.chunk_ends.size() && lane.plan.chunk_ends[lane.next_chunk] <= lane.pos) {
+    ++lane.next_chunk;
+  }
+  lane.phase = Phase::kPrefill;
+}
+
+void Scheduler::PrefillChunk(int32_t id) {
+  Lane& lane = lanes_[id];
+  Job& job = *lane.job;
+  const std::vector<Token>& prompt = job.prompt().tokens;
+  const size_t end = lane.plan.chunk_ends[lane.next_chunk];
+  auto logits = engine_->Decode(id, std::span(prompt.data() + lane.pos, end - lane.pos), static_cast<int32_t>(lane.pos));
+  if (!logits.ok()) {
+    FinishLane(id, "", FromStatus(logits.status()));
+    return;
+  }
+  lane.logits = std::move(*logits);
+  lane.pos = end;
+  ++lane.next_chunk;
+  const auto& rb = lane.plan.record_boundaries;
+  if (std::binary_search(rb.begin(), rb.end(), end)) {
+    cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
+  }
+  if (lane.pos == prompt.size()) {
+    lane.prefill_done = Clock::now();
+    cache_->RecordResident(id, lane.scope, prompt);
+    cache_->PutDecoded(lane.scope, prompt, lane.logits);
+    lane.phase = Phase::kGenerate;
+  }
+}
+
+void Scheduler::Generate(int32_t id) {
+  Lane& lane = lanes_[id];
+  Job& job = *lane.job;
+  if (lane.generated >= job.max_tokens()) {
+    FinishLane(id, "length", std::nullopt);
+    return;
+  }
+  const Token tok = lane.sampler->Sample(lane.logits);
+  if (lane.generated == 0) {
+    lane.timings.ttft_ms = MsBetween(job.arrival(), Clock::now());
+    metrics_.ObserveTtft(lane.timings.ttft_ms / 1000.0);
+  }
+  if (!job.request().ignore_eos && runtime::IsEndOfGeneration(engine_->model(), tok)) {
+    FinishLane(id, "stop", std::nullopt);
+    return;
+  }
+  auto piece = runtime::TokenPiece(engine_->model(), tok);
+  bool stop_hit = false;
+  job.Append(tok, piece.ok() ? *piece : std::string(), &stop_hit);
+  ++lane.generated;
+  if (stop_hit) {
+    FinishLane(id, "stop", std::nullopt);
+    return;
+  }
+  if (lane.generated >= job.max_tokens() || lane.pos + 1 > options_.ctx_per_lane) {
+    FinishLane(id, "length", std::nullopt);
+    return;
+  }
+  auto logits = engine_->Decode(id, std::span(&tok, 1), static_cast<int32_t>(lane.pos));
+  if (!logits.ok()) {
+    FinishLane(id, "", FromStatus(logits.status()));
+    return;
+  }
+  lane.logits = std::move(*logits);
+  ++lane.pos;
+}
+
+void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiError> error) {
+  Lane& lane = lanes_[id];
+  (void)engine_->Clear(id);
+  const Clock::time_point now = Clock::now();
+  if (lane.prefill_done != Clock::time_point{}) {
+    lane.timings.prompt_ms = MsBetween(lane.started, lane.prefill_done);
+    lane.timings.predicted_ms = MsBetween(lane.prefill_done, now);
+  } else if (lane.started != Clock::time_point{}) {
+    lane.timings.prompt_ms = MsBetween(lane.started, now);
+  }
+  lane.timings.predicted_n = static_cast<size_t>(lane.generated);
+  metrics_.AddGenerated(static_cast<uint64_t>(lane.generated));
+  // The lane is free before the handler wakes up, so a client that sees the response never sees
+  // its lane still busy.
+  std::shared_ptr<Job> job = std::move(lane.job);
+  const JobTimings timings = lane.timings;
+  lane = Lane{};
+  {
+    std::lock_guard lock(mu_);
+    --busy_;
+  }
+  job->Finish(std::move(reason), std::move(error), timings);
+}
+
+}  // namespace skippy::server

@@ -1,0 +1,173 @@
+// Scheduler: owns the Engine on one engine thread and runs requests on its lanes.
+//
+// Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
+// engine thread is the only thread that touches the Engine and the ServingCache. It admits queued
+// jobs into free lanes and then round-robins the busy lanes one step at a time: a step is one
+// prefill chunk (ends at the plan's chunk boundaries) or one generated token. Lanes are never mixed
+// in one llama_decode batch, so a lane's numbers do not depend on what else runs (exactness).
+//
+// Bounds. At most lane_count jobs run and queue_size wait; Submit refuses more with
+// ResourceExhausted (the HTTP layer answers 503 with Retry-After).
+//
+// Job lifecycle. The handler thread waits on the Job (Wait/WaitFor); the engine thread appends
+// tokens and text, then marks it done (with an error or a finish reason). Cancel() (a client that
+// went away) is honoured at the next step: the lane is cleared and freed. Whatever happens to a
+// job, its lane is cleared before the next job gets it and the cache stays consistent (records
+// are committed or aborted within one step).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "skippy/runtime/engine.h"
+#include "skippy/server/api_error.h"
+#include "skippy/server/metrics.h"
+#include "skippy/server/request.h"
+#include "skippy/server/server_options.h"
+#include "skippy/server/serving_cache.h"
+
+namespace skippy::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct JobTimings {
+  size_t cache_n = 0;       // prompt tokens restored from the cache
+  size_t prompt_n = 0;      // prompt tokens prefilled
+  double prompt_ms = 0;     // lane start to the first token's logits
+  size_t predicted_n = 0;
+  double predicted_ms = 0;
+  double queue_ms = 0;      // arrival to lane start
+  double ttft_ms = 0;       // arrival to the first generated token (server side)
+  bool decoded_result_hit = false;
+  std::string cache_payload;     // payload restored from, "" on a miss
+  std::string cache_miss_reason; // "" on a hit
+};
+
+class Job {
+ public:
+  Job(GenerationRequest request, PreparedPrompt prompt, std::string tenant_namespace, int64_t max_tokens)
+      : request_(std::move(request)), prompt_(std::move(prompt)), namespace_(std::move(tenant_namespace)),
+        max_tokens_(max_tokens), arrival_(Clock::now()) {}
+
+  const GenerationRequest& request() const { return request_; }
+  const PreparedPrompt& prompt() const { return prompt_; }
+  const std::string& tenant_namespace() const { return namespace_; }
+  int64_t max_tokens() const { return max_tokens_; }
+  Clock::time_point arrival() const { return arrival_; }
+
+  // What the handler reads, under the job's lock.
+  struct View {
+    std::vector<runtime::Token> tokens;  // generated ids
+    std::string text;                    // generated text (stop string removed)
+    bool done = false;
+    std::optional<ApiError> error;
+    std::string finish_reason;           // "stop" or "length"
+    JobTimings timings;
+  };
+  // Blocks until the job has more than `have_tokens` tokens or is done, or `timeout` passes.
+  View WaitFor(size_t have_tokens, std::chrono::milliseconds timeout);
+  View Wait();
+
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Engine side.
+  void Append(runtime::Token token, const std::string& piece, bool* stop_hit);
+  void Finish(std::string finish_reason, std::optional<ApiError> error, const JobTimings& timings);
+  void SetTimings(const JobTimings& t);
+
+ private:
+  View Snapshot() const;
+
+  GenerationRequest request_;
+  PreparedPrompt prompt_;
+  std::string namespace_;
+  int64_t max_tokens_;
+  Clock::time_point arrival_;
+  std::atomic<bool> cancelled_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  View view_;
+};
+
+class Scheduler {
+ public:
+  Scheduler(ServerOptions options, Metrics& metrics);
+  ~Scheduler();
+
+  // Opens the model and context and starts the engine thread. Called once (from a loader thread).
+  [[nodiscard]] Status Load();
+  bool ready() const { return ready_; }
+  // Valid once ready().
+  const runtime::Model& model() const { return engine_->model(); }
+  const std::string& model_name() const { return model_name_; }
+  const ServerOptions& options() const { return options_; }
+  // Per-request context: the longest prompt + generation a lane may hold.
+  uint32_t lane_context() const { return options_.ctx_per_lane; }
+
+  // Unavailable while loading; ResourceExhausted when every lane is busy and the queue is full.
+  [[nodiscard]] Status Submit(std::shared_ptr<Job> job);
+
+  // Runs on the engine thread between steps and waits for it.
+  StatusOr<size_t> ClearCache(const std::optional<std::string>& tenant_namespace);
+  nlohmann::json CacheStats() const;
+  Gauges gauges() const;
+
+  void Stop();
+
+ private:
+  enum class Phase { kStart, kPrefill, kGenerate };
+  struct Lane {
+    std::shared_ptr<Job> job;
+    Phase phase = Phase::kStart;
+    cache::PrefixScope scope;
+    PrefillPlan plan;
+    size_t next_chunk = 0;
+    size_t pos = 0;  // tokens in the lane
+    std::vector<float> logits;
+    std::unique_ptr<runtime::Sampler> sampler;
+    JobTimings timings;
+    Clock::time_point started;
+    Clock::time_point prefill_done;
+    int64_t generated = 0;
+  };
+
+  void Loop();
+  void Step(int32_t lane_id);
+  void StartJob(int32_t lane_id);
+  void PrefillChunk(int32_t lane_id);
+  void Generate(int32_t lane_id);
+  void FinishLane(int32_t lane_id, std::string reason, std::optional<ApiError> error);
+
+  ServerOptions options_;
+  Metrics& metrics_;
+  std::unique_ptr<runtime::Engine> engine_;
+  std::unique_ptr<ServingCache> cache_;
+  std::string model_name_;
+  std::atomic<bool> ready_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  size_t busy_ = 0;  // lanes with a job (guarded by mu_)
+  bool stop_ = false;
+  struct Control {
+    std::optional<std::string> tenant_namespace;
+    std::promise<size_t>* done;
+  };
+  std::deque<Control> controls_;
+  std::vector<Lane> lanes_;  // engine thread only
+  std::thread thread_;
+};
+
+}  // namespace skippy::server

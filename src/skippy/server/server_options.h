@@ -1,0 +1,48 @@
+// Everything skippy-server is configured with (the CLI fills it; tests construct it directly).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace skippy::server {
+
+struct ServerOptions {
+  // Model and runtime.
+  std::string model_path;
+  std::string model_alias;          // name shown in /v1/models and responses; default: file stem
+  uint32_t ctx_per_lane = 2048;     // -c: the longest prompt + generation one request may use
+  int threads = 2;                  // -t
+  uint32_t n_batch = 512;           // -b: llama.cpp batch (prefill chunks never exceed it)
+  bool flash_attn = true;           // explicit (DESIGN.md: never "auto")
+  uint32_t lane_count = 1;          // --runtime-lane-count
+  // Prefill chunking: prefill stops at every multiple of prefill_chunk and at every planned record
+  // boundary. The boundaries depend on the prompt alone, so a --no-cache run computes the same
+  // batches after any restore point a cache hit can start from.
+  uint32_t prefill_chunk = 256;
+
+  // Cache.
+  bool cache_enabled = true;        // --no-cache turns it off
+  uint64_t cache_ram_mib = 1024;    // byte cap of cached prefixes (ResidentKv charge + KvRecurrent)
+  uint32_t cache_entries = 64;      // entry cap
+  uint32_t cache_tokens = 8192;     // resident KV cells reserved for ResidentKv entries
+  uint32_t cache_seqs = 16;         // resident cache sequences (ResidentKv entries at once)
+  uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
+  uint32_t max_records = 4;         // KvRecurrent records per prompt
+  uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
+  uint64_t decoded_ram_mib = 256;
+
+  // HTTP and limits.
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  size_t queue_size = 16;           // requests waiting for a lane beyond the lanes; then 503
+  size_t max_body_bytes = 4u << 20; // larger bodies get 413
+  uint32_t max_prompt_tokens = 0;   // 0: ctx_per_lane
+  uint32_t max_tokens_limit = 0;    // 0: ctx_per_lane
+  uint32_t default_max_tokens = 256;
+  int http_threads = 0;             // 0: lanes + queue + 8
+  // API keys -> cache namespace ("" = the default namespace). Empty map: no authentication.
+  std::map<std::string, std::string> api_keys;
+};
+
+}  // namespace skippy::server

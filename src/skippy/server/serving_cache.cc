@@ -1,0 +1,337 @@
+#include "skippy/server/serving_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "skippy/cache/record_plan.h"
+#include "skippy/common/strings.h"
+
+#ifndef SKIPPY_LLAMA_COMMIT
+#define SKIPPY_LLAMA_COMMIT "unknown"
+#endif
+
+namespace skippy::server {
+
+using cache::PayloadKind;
+using runtime::Token;
+
+namespace {
+
+void Warn(const std::string& what, const Status& s) {
+  std::fprintf(stderr, "skippy-server: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ServingCache>> ServingCache::Create(const ServerOptions& o, runtime::Engine& engine) {
+  std::unique_ptr<ServingCache> c(new ServingCache(o, engine));
+  c->enabled_ = o.cache_enabled;
+  const runtime::Model& model = engine.model();
+  const runtime::ContextOptions& eff = engine.context().options();
+  cache::CacheConfigIdentity& id = c->config_;
+  id.model_id = engine.model_digest();
+  id.layer_begin = 0;
+  int32_t n_layer = 1;
+  if (auto bc = model.MetaString(model.arch() + ".block_count")) n_layer = std::max(1, std::atoi(bc->c_str()));
+  id.layer_end = n_layer;
+  id.runtime_abi = "skippy-runtime-1";
+  id.llama_version = SKIPPY_LLAMA_COMMIT;
+  id.type_k = eff.type_k;
+  id.type_v = eff.type_v;
+  id.flash_attn = eff.flash_attn;
+  id.v_trans = !eff.flash_attn;
+  id.kv_unified = eff.kv_unified;
+  id.swa_full = eff.swa_full;
+  id.n_ctx = eff.n_ctx;
+  id.position_config = StrCat("n_batch=", eff.n_batch, ";n_ubatch=", eff.n_ubatch, ";chunk=", o.prefill_chunk);
+  id.n_vocab = model.n_vocab();
+  id.token_start = 0;
+  SKIPPY_RETURN_IF_ERROR(id.Validate());
+
+  cache::CacheOptions co;
+  co.pool.max_entries = std::max<uint32_t>(1, o.cache_entries);
+  co.pool.max_bytes = std::max<uint64_t>(1, o.cache_ram_mib) << 20;
+  co.pool.max_tokens = std::max<uint32_t>(1, o.cache_tokens);
+  co.pool.lane_count = static_cast<int32_t>(engine.lane_count());
+  co.pool.seq_id_begin = engine.cache_seq(0);
+  co.pool.seq_id_end = engine.cache_seq(0) + static_cast<int32_t>(engine.cache_seq_count());
+  co.decoded.max_entries = std::max<uint32_t>(1, o.decoded_entries);
+  co.decoded.max_bytes = std::max<uint64_t>(1, o.decoded_ram_mib) << 20;
+  SKIPPY_ASSIGN_OR_RETURN(c->cache_, cache::Cache::Create(co));
+  cache::PayloadStoreOptions so;
+  // The pool's byte cap decides; the store's cap sits above it (cache/TODO.md).
+  so.max_physical_bytes = co.pool.max_bytes * 2 + (uint64_t{64} << 20);
+  SKIPPY_ASSIGN_OR_RETURN(c->store_, cache::PayloadStore::Create(so));
+
+  // ResidentKv charge: measured KV bytes per token (state size of 2 tokens minus 1 token).
+  if (engine.family().enabled && engine.family().payload == PayloadKind::kResidentKv) {
+    const Token t = 0;
+    SKIPPY_RETURN_IF_ERROR(engine.Clear(0));
+    SKIPPY_RETURN_IF_ERROR(engine.Decode(0, std::span(&t, 1), 0).status());
+    const uint64_t s1 = engine.StateBytes(0);
+    SKIPPY_RETURN_IF_ERROR(engine.Decode(0, std::span(&t, 1), 1).status());
+    const uint64_t s2 = engine.StateBytes(0);
+    SKIPPY_RETURN_IF_ERROR(engine.Clear(0));
+    c->resident_bytes_per_token_ = s2 > s1 ? s2 - s1 : std::max<uint64_t>(1, s1);
+  }
+  return c;
+}
+
+cache::PrefixScope ServingCache::Scope(const std::string& ns) const {
+  cache::PrefixScope scope;
+  scope.config = config_;
+  auto it = epochs_.find(ns);
+  scope.cache_namespace = StrCat(global_epoch_, ".", it == epochs_.end() ? 0 : it->second, "/", ns);
+  return scope;
+}
+
+PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const size_t> message_boundaries) const {
+  PrefillPlan plan;
+  const size_t n = prompt.size();
+  std::vector<size_t> ends;
+  const size_t chunk = std::max<uint32_t>(1, options_.prefill_chunk);
+  for (size_t e = chunk; e < n; e += chunk) ends.push_back(e);
+  ends.push_back(n);
+  if (engine_.family().enabled && engine_.family().payload == PayloadKind::kKvRecurrent) {
+    cache::PromptShape shape;
+    shape.n_tokens = n;
+    for (size_t b : message_boundaries) {
+      if (b > 0 && b <= n && (shape.message_boundaries.empty() || shape.message_boundaries.back() < b)) {
+        shape.message_boundaries.push_back(b);
+      }
+    }
+    cache::RecordPlanOptions ro;
+    ro.kind = PayloadKind::kKvRecurrent;
+    ro.stride = options_.record_stride;
+    ro.max_records = std::max<uint32_t>(1, options_.max_records);
+    ro.restored_tokens = 0;  // the plan depends on the prompt alone
+    auto rp = cache::PlanRecords(shape, ro);
+    if (rp.ok()) {
+      plan.record_boundaries = rp->boundaries;
+      ends.insert(ends.end(), rp->boundaries.begin(), rp->boundaries.end());
+    } else {
+      Warn("record plan", rp.status());
+    }
+  }
+  std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+  plan.chunk_ends = std::move(ends);
+  return plan;
+}
+
+RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
+  RestoreOutcome out;
+  if (!enabled_ || !engine_.family().enabled) {
+    out.miss_reason = "cache-disabled";
+    return out;
+  }
+  const size_t n = prompt.size();
+  std::shared_ptr<const cache::DecodedResult> decoded;
+  if (auto d = cache_->GetDecoded(scope, prompt); d.ok()) decoded = *d;
+  const std::span<const Token> key = decoded ? prompt : prompt.first(n - 1);
+  if (key.empty()) {
+    out.miss_reason = "never-seen";
+    return out;
+  }
+  auto lr = cache_->Lookup(scope, key);
+  if (!lr.ok()) {
+    Warn("lookup", lr.status());
+    out.miss_reason = "restore-failed";
+    return out;
+  }
+  if (!lr->hit()) {
+    out.miss_reason = std::string(cache::MissReasonName(lr->miss_reason));
+    return out;
+  }
+  const cache::Match m = *lr->match;
+  Status s;
+  if (m.entry.desc.kind == PayloadKind::kResidentKv) {
+    if (engine_.model().n_swa() > 0 && m.usable_tokens < m.entry.tokens) {
+      out.miss_reason = "swa-shorter-prefix";
+    } else {
+      s = engine_.RestoreResident({m.entry.desc.seq_id, static_cast<int32_t>(m.entry.tokens)}, lane,
+                                  static_cast<int32_t>(m.usable_tokens));
+    }
+  } else {
+    auto bytes = store_->Get(m.entry.desc.payload_id);
+    s = bytes.ok() ? engine_.ImportState(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()),
+                                         lane, m.entry.desc.kind)
+                   : bytes.status();
+  }
+  if (auto freed = cache_->Release(m.entry.id); freed.ok() && freed->has_value()) Free(**freed);
+  if (!out.miss_reason.empty()) return out;
+  if (!s.ok() || engine_.SequenceLength(lane) != static_cast<int32_t>(m.usable_tokens)) {
+    if (!s.ok()) Warn("restore", s);
+    (void)engine_.Clear(lane);
+    out.miss_reason = "restore-failed";
+    return out;
+  }
+  out.restored = m.usable_tokens;
+  out.payload = std::string(cache::PayloadKindName(m.entry.desc.kind));
+  if (decoded && out.restored == n) out.decoded = std::move(decoded);
+  return out;
+}
+
+void ServingCache::Free(const cache::EntryInfo& info, bool release_payload) {
+  if (info.desc.seq_id != cache::kNoSequence) (void)engine_.Clear(info.desc.seq_id);
+  if (info.desc.payload_id != 0) {
+    if (release_payload) {
+      const uint64_t id = info.desc.payload_id;
+      if (Status s = store_->Release(std::span(&id, 1)); !s.ok()) Warn("payload release", s);
+    }
+    by_payload_.erase(info.desc.payload_id);
+  }
+  entries_.erase(info.id);
+}
+
+void ServingCache::FreeAll(const std::vector<cache::EntryInfo>& infos) {
+  for (const auto& e : infos) {
+    Free(e);
+    ++evictions_;
+  }
+}
+
+void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix) {
+  if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kKvRecurrent) return;
+  auto bytes = engine_.ExportState(lane, PayloadKind::kKvRecurrent);
+  if (!bytes.ok()) {
+    Warn("export", bytes.status());
+    return;
+  }
+  cache::RecordRequest rq;
+  rq.kind = PayloadKind::kKvRecurrent;
+  rq.bytes = bytes->size();
+  rq.recompute_cost = static_cast<double>(prefix.size());
+  rq.needs_sequence = false;
+  auto res = cache_->Reserve(scope, prefix, rq);
+  if (!res.ok()) {
+    ++record_skips_;  // already recorded, or no room
+    return;
+  }
+  FreeAll(res->evictions);
+  auto put = store_->Put(std::as_bytes(std::span(*bytes)));
+  if (!put.ok()) {
+    Warn("payload put", put.status());
+    (void)cache_->Abort(res->id);
+    return;
+  }
+  for (uint64_t gone : put->evicted) {
+    auto it = by_payload_.find(gone);
+    if (it == by_payload_.end()) continue;
+    const cache::EntryId eid = it->second;
+    by_payload_.erase(it);
+    if (auto freed = cache_->Erase(eid); freed.ok() && freed->has_value()) Free(**freed, /*release_payload=*/false);
+    ++evictions_;
+  }
+  auto id = cache_->Commit(res->id, put->id);
+  if (!id.ok()) {
+    Warn("commit", id.status());
+    const uint64_t pid = put->id;
+    (void)store_->Release(std::span(&pid, 1));
+    return;
+  }
+  ++records_;
+  entries_[*id] = {scope.cache_namespace, put->id};
+  by_payload_[put->id] = *id;
+}
+
+void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
+  if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kResidentKv) return;
+  cache::RecordRequest rq;
+  rq.kind = PayloadKind::kResidentKv;
+  rq.bytes = resident_bytes_per_token_ * prompt.size();
+  rq.recompute_cost = static_cast<double>(prompt.size());
+  rq.needs_sequence = true;
+  auto res = cache_->Reserve(scope, prompt, rq);
+  if (!res.ok()) {
+    ++record_skips_;
+    return;
+  }
+  FreeAll(res->evictions);
+  auto rec = engine_.RecordResident(lane, static_cast<int32_t>(prompt.size()), res->seq_id);
+  if (!rec.ok()) {
+    Warn("record resident", rec.status());
+    (void)engine_.Clear(res->seq_id);
+    (void)cache_->Abort(res->id);
+    return;
+  }
+  auto id = cache_->Commit(res->id);
+  if (!id.ok()) {
+    Warn("commit", id.status());
+    (void)engine_.Clear(res->seq_id);
+    return;
+  }
+  ++records_;
+  entries_[*id] = {scope.cache_namespace, 0};
+}
+
+void ServingCache::PutDecoded(const cache::PrefixScope& scope, std::span<const Token> prompt,
+                              const std::vector<float>& logits) {
+  if (!enabled_ || !engine_.family().enabled) return;
+  if (Status s = cache_->PutDecoded(scope, prompt, logits); !s.ok()) Warn("decoded result", s);
+}
+
+size_t ServingCache::Clear(const std::optional<std::string>& ns) {
+  std::optional<std::string> prefix;
+  if (ns) {
+    prefix = Scope(*ns).cache_namespace;
+    ++epochs_[*ns];
+  } else {
+    ++global_epoch_;
+    epochs_.clear();
+  }
+  std::vector<cache::EntryId> victims;
+  for (const auto& [id, reg] : entries_) {
+    if (!prefix || reg.tenant_namespace == *prefix) victims.push_back(id);
+  }
+  for (cache::EntryId id : victims) {
+    auto freed = cache_->Erase(id);
+    if (freed.ok() && freed->has_value()) Free(**freed);
+  }
+  return victims.size();
+}
+
+nlohmann::json ServingCache::StatsJson() const {
+  const cache::CacheStats s = cache_->Stats();
+  const cache::PayloadStats p = store_->Stats();
+  return {
+      {"enabled", enabled_},
+      {"family", engine_.family().family_key},
+      {"payload", std::string(cache::PayloadKindName(engine_.family().payload))},
+      {"entries", s.pool.index.entries},
+      {"tokens", s.pool.index.tokens},
+      {"bytes_logical", s.pool.index.bytes},
+      {"resident_bytes_per_token", resident_bytes_per_token_},
+      {"hits", s.pool.index.hits},
+      {"misses", s.pool.index.misses},
+      {"misses_by_reason",
+       {{"never-seen", s.pool.index.miss_never_seen},
+        {"evicted", s.pool.index.miss_evicted},
+        {"identity-mismatch", s.pool.index.miss_identity_mismatch}}},
+      {"evictions", evictions_.load()},
+      {"records", records_.load()},
+      {"record_skips", record_skips_.load()},
+      {"free_sequences", s.pool.free_sequences},
+      {"payload_store",
+       {{"payloads", p.payloads}, {"blocks", p.blocks}, {"logical_bytes", p.logical_bytes},
+        {"physical_bytes", p.physical_bytes}, {"saved_bytes", p.saved_bytes}}},
+      {"decoded_results",
+       {{"entries", s.decoded.entries}, {"bytes", s.decoded.bytes}, {"hits", s.decoded.hits},
+        {"misses", s.decoded.misses}, {"evictions", s.decoded.evictions}}},
+  };
+}
+
+void ServingCache::FillGauges(Gauges& g) const {
+  const cache::CacheStats s = cache_->Stats();
+  const cache::PayloadStats p = store_->Stats();
+  g.cache_entries = s.pool.index.entries;
+  g.cache_bytes_logical = s.pool.index.bytes;
+  // Resident entries share cells with lanes; their charge is the measured KV bytes they hold.
+  uint64_t resident = s.pool.index.bytes > p.logical_bytes ? s.pool.index.bytes - p.logical_bytes : 0;
+  g.cache_bytes_physical = p.physical_bytes + resident;
+  g.decoded_entries = s.decoded.entries;
+  g.decoded_bytes = s.decoded.bytes;
+  g.cache_evictions = evictions_.load();
+}
+
+}  // namespace skippy::server

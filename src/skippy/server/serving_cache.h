@@ -1,0 +1,109 @@
+// ServingCache: the exact-prefix cache on the request path. It composes the cache core (Cache:
+// radix index + resident pool + decoded results) with the PayloadStore and the Engine, and is
+// used ONLY from the engine thread (it calls llama.cpp through the Engine).
+//
+// Per request (see Scheduler):
+//   1. Restore(lane, scope, prompt): the longest usable prefix in the request's scope, brought into
+//      the cleared lane -- ResidentKv: RestoreResident from the entry's cache sequence (SWA models:
+//      the exact entry length only); KvRecurrent: ImportState of the stored payload. An exact
+//      repeat whose whole prompt is restorable also returns the decoded-result entry (the last
+//      prompt position's logits), so nothing is prefilled. Without such an entry the lookup is
+//      made on prompt[0, n-1) so at least one token is decoded (state blobs carry no logits).
+//   2. Plan(prompt): the prefill chunk ends and the KvRecurrent record boundaries. Both depend on
+//      the prompt alone (multiples of prefill_chunk, record-plan boundaries computed as if nothing
+//      were restored, the prompt end), never on what the cache holds, so a cache-on run and a
+//      --no-cache run prefill the same batches after any boundary.
+//   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill;
+//      RecordResident(lane, scope, prompt) and PutDecoded(...) after prefill.
+// Recording is best effort: a full cache, an existing entry or a refused reservation skips the
+// record (the request is still served). Every entry the cache core returns as evicted or freed
+// has its cache sequence cleared / payload released before its sequence id is reused.
+//
+// Namespaces: a scope's cache_namespace is the tenant namespace plus a clear-epoch, so
+// Clear(namespace) makes every entry of that namespace unreachable at once (resident and payload
+// entries are also erased and freed; decoded-result entries age out of their LRU).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "skippy/cache/cache.h"
+#include "skippy/cache/payload_store.h"
+#include "skippy/runtime/engine.h"
+#include "skippy/server/metrics.h"
+#include "skippy/server/server_options.h"
+
+namespace skippy::server {
+
+struct RestoreOutcome {
+  size_t restored = 0;  // tokens now in the lane (0 on a miss)
+  std::shared_ptr<const cache::DecodedResult> decoded;  // set when the whole prompt was restored
+  std::string miss_reason;  // "" on a hit
+  std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
+};
+
+struct PrefillPlan {
+  std::vector<size_t> chunk_ends;        // ascending, last == n
+  std::vector<size_t> record_boundaries; // KvRecurrent boundaries (subset of chunk_ends)
+};
+
+class ServingCache {
+ public:
+  // `enabled` false (--no-cache): Restore always misses ("cache-disabled") and records are no-ops,
+  // but Plan is the same.
+  [[nodiscard]] static StatusOr<std::unique_ptr<ServingCache>> Create(const ServerOptions& options,
+                                                                      runtime::Engine& engine);
+
+  cache::PrefixScope Scope(const std::string& tenant_namespace) const;
+  PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries) const;
+
+  // Never leaves the lane half-restored: on any failure the lane is cleared and the outcome is a
+  // miss with reason "restore-failed".
+  RestoreOutcome Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
+  void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix);
+  void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
+  void PutDecoded(const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
+                  const std::vector<float>& logits);
+
+  // Drops every entry of one tenant namespace, or of all namespaces when nullopt. Returns how many
+  // prefix entries were erased.
+  size_t Clear(const std::optional<std::string>& tenant_namespace);
+
+  bool enabled() const { return enabled_; }
+  nlohmann::json StatsJson() const;
+  void FillGauges(Gauges& g) const;
+
+ private:
+  ServingCache(const ServerOptions& options, runtime::Engine& engine) : options_(options), engine_(engine) {}
+  void Free(const cache::EntryInfo& info, bool release_payload = true);
+  void FreeAll(const std::vector<cache::EntryInfo>& infos);
+  void Forget(cache::EntryId id);
+
+  ServerOptions options_;
+  runtime::Engine& engine_;
+  bool enabled_ = true;
+  cache::CacheConfigIdentity config_;
+  std::unique_ptr<cache::Cache> cache_;
+  std::unique_ptr<cache::PayloadStore> store_;
+  uint64_t resident_bytes_per_token_ = 1;
+  uint64_t global_epoch_ = 0;
+  std::map<std::string, uint64_t> epochs_;
+  struct Registered {
+    std::string tenant_namespace;
+    uint64_t payload_id = 0;
+  };
+  std::map<cache::EntryId, Registered> entries_;
+  std::map<uint64_t, cache::EntryId> by_payload_;
+  // Read by HTTP threads for /metrics and /cache/stats.
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> records_{0};
+  std::atomic<uint64_t> record_skips_{0};
+};
+
+}  // namespace skippy::server

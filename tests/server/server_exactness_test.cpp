@@ -1,0 +1,109 @@
+// Exactness on the serving path: for a dense (llama), an SWA (gemma3), an MLA (deepseek2) and a
+// hybrid (qwen3next) family, a seeded generator of prompts that share prefixes -- new prompts on a
+// few shared bases, divergence inside a stored prefix, exact repeats, and extensions of earlier
+// prompts -- is sent to a cache-on server and to a --no-cache server with the same prefill
+// chunking. Greedy outputs (token ids) must be identical, and the cache must actually hit.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server_process.h"
+
+namespace {
+
+using nlohmann::json;
+using skippy::server_test::PostJson;
+using skippy::server_test::ServerProcess;
+
+std::vector<std::vector<int>> GeneratePrompts(uint32_t seed, int lo, int hi) {
+  std::mt19937 rng(seed);
+  auto tok = [&] { return std::uniform_int_distribution<int>(lo, hi - 1)(rng); };
+  auto run = [&](int n) {
+    std::vector<int> v;
+    for (int i = 0; i < n; ++i) v.push_back(tok());
+    return v;
+  };
+  auto len = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(rng); };
+  std::vector<std::vector<int>> bases = {run(len(40, 90)), run(len(40, 90)), run(len(20, 40))};
+  std::vector<std::vector<int>> prompts;
+  // 0: base + new suffix; 1: divergence inside an earlier prompt; 2: exact repeat; 3: extension.
+  const int kinds[] = {0, 0, 2, 1, 3, 0, 2, 1, 3, 1, 2, 3, 0, 2, 1, 3};
+  for (int kind : kinds) {
+    std::vector<int> p;
+    if (kind == 0 || prompts.empty()) {
+      p = bases[prompts.size() % bases.size()];
+      auto s = run(len(1, 30));
+      p.insert(p.end(), s.begin(), s.end());
+    } else {
+      const auto& prev = prompts[std::uniform_int_distribution<size_t>(0, prompts.size() - 1)(rng)];
+      if (kind == 2) {
+        p = prev;
+      } else if (kind == 1) {
+        p.assign(prev.begin(), prev.begin() + len(1, static_cast<int>(prev.size()) - 1));
+        auto s = run(len(1, 20));
+        p.insert(p.end(), s.begin(), s.end());
+      } else {
+        p = prev;
+        auto s = run(len(1, 40));
+        p.insert(p.end(), s.begin(), s.end());
+      }
+    }
+    prompts.push_back(std::move(p));
+  }
+  return prompts;
+}
+
+class ServingExactness : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ServingExactness, CacheOnMatchesNoCacheWithTheSameChunking) {
+  const std::string family = GetParam();
+  const std::vector<std::string> common = {"-c", "384", "--prefill-chunk", "16", "--cache-record-stride", "32",
+                                           "--runtime-lane-count", "1"};
+  auto on = ServerProcess::Start(family, common, family + "-on");
+  ASSERT_TRUE(on);
+  std::vector<std::string> off_flags = common;
+  off_flags.push_back("--no-cache");
+  auto off = ServerProcess::Start(family, off_flags, family + "-off");
+  ASSERT_TRUE(off);
+  auto con = on->Client();
+  auto coff = off->Client();
+
+  auto models = json::parse(con->Get("/v1/models")->body);
+  const int n_vocab = models["data"][0]["meta"]["n_vocab"].get<int>();
+  const auto prompts = GeneratePrompts(0x5eed + static_cast<uint32_t>(family.size()), 1000, std::min(n_vocab, 20000));
+
+  size_t cached_tokens = 0, decoded_hits = 0, hits = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    json req = {{"prompt", prompts[i]}, {"n_predict", 8}, {"temperature", 0}, {"ignore_eos", true},
+                {"return_tokens", true}};
+    auto [s1, a] = PostJson(*con, "/completion", req);
+    auto [s2, b] = PostJson(*coff, "/completion", req);
+    ASSERT_EQ(s1, 200) << a.dump() << on->LogTail();
+    ASSERT_EQ(s2, 200) << b.dump() << off->LogTail();
+    EXPECT_EQ(a["tokens"], b["tokens"]) << family << " prompt " << i << " (" << prompts[i].size()
+                                        << " tokens): cache " << a["skippy"].dump();
+    EXPECT_EQ(b["tokens_cached"], 0);
+    cached_tokens += a["tokens_cached"].get<size_t>();
+    hits += a["skippy"]["cache_hit"].get<bool>() ? 1 : 0;
+    decoded_hits += a["skippy"]["decoded_result_hit"].get<bool>() ? 1 : 0;
+  }
+  RecordProperty("cache_hits", static_cast<int>(hits));
+  RecordProperty("cached_tokens", static_cast<int>(cached_tokens));
+  EXPECT_GT(cached_tokens, 0u) << "the cache never hit: the comparison proves nothing";
+  EXPECT_GE(hits, 4u);
+  EXPECT_GE(decoded_hits, 1u) << "exact repeats should be answered from decoded-result entries";
+  auto metrics = con->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("skippy_cache_hits_total 0\n"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", "gemma3", "deepseek2", "qwen3next"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace

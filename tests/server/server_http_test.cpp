@@ -1,0 +1,372 @@
+// skippy-server over HTTP on the tiny llama model: the endpoints, streaming, metrics, auth and
+// namespaces, every kind of bad input, more concurrent requests than lanes, and a client that
+// disconnects mid-stream. One real server process per test (gtest runs each test in a process).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "server_process.h"
+
+namespace {
+
+using nlohmann::json;
+using skippy::server_test::PostJson;
+using skippy::server_test::ServerProcess;
+
+constexpr const char* kKey = "secret-key";
+constexpr const char* kTenantKey = "tenant-b-key";
+
+class ServerHttp : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = ServerProcess::Start("llama",
+                                   {"-c", "512", "--runtime-lane-count", "2", "--queue-size", "1", "--prefill-chunk",
+                                    "32", "--api-key", kKey, "--api-key", std::string(kTenantKey) + ":tenant-b",
+                                    "--max-body-bytes", "65536"},
+                                   "http")
+                  .release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+  void TearDown() override { EXPECT_TRUE(server_->alive()) << server_->LogTail(); }
+
+  std::unique_ptr<httplib::Client> Client(const std::string& key = kKey) { return server_->Client(key); }
+
+  static ServerProcess* server_;
+};
+ServerProcess* ServerHttp::server_ = nullptr;
+
+void ExpectErrorBody(const json& body, const std::string& what) {
+  ASSERT_TRUE(body.is_object()) << what;
+  ASSERT_TRUE(body.contains("error")) << what << ": " << body.dump();
+  EXPECT_TRUE(body["error"]["message"].is_string()) << what;
+  EXPECT_TRUE(body["error"]["type"].is_string()) << what;
+  EXPECT_TRUE(body["error"]["code"].is_string()) << what;
+}
+
+// Parses an SSE body into its data payloads.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < body.size()) {
+    size_t end = body.find('\n', at);
+    if (end == std::string::npos) end = body.size();
+    const std::string line = body.substr(at, end - at);
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+    at = end + 1;
+  }
+  return out;
+}
+
+TEST_F(ServerHttp, HealthModelsAndLlamaCompletion) {
+  auto anon = server_->Client();
+  auto h = anon->Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+
+  auto c = Client();
+  auto m = c->Get("/v1/models");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  auto models = json::parse(m->body);
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "llama");
+
+  json req = {{"prompt", "The exact prefix cache keeps the state of a shared prompt."}, {"n_predict", 8},
+              {"temperature", 0}, {"ignore_eos", true}, {"cache_prompt", true}, {"return_tokens", true}};
+  auto [s1, r1] = PostJson(*c, "/completion", req);
+  ASSERT_EQ(s1, 200) << r1.dump();
+  EXPECT_EQ(r1["tokens_predicted"], 8);
+  EXPECT_EQ(r1["tokens"].size(), 8u);
+  EXPECT_GT(r1["tokens_evaluated"].get<int>(), 5);
+  for (const char* k : {"cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms"}) {
+    EXPECT_TRUE(r1["timings"].contains(k)) << k;
+  }
+  // The exact repeat is answered from the decoded-result entry and the resident prefix.
+  auto [s2, r2] = PostJson(*c, "/completion", req);
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(r2["tokens"], r1["tokens"]);
+  EXPECT_EQ(r2["content"], r1["content"]);
+  EXPECT_EQ(r2["tokens_cached"], r1["tokens_evaluated"]);
+  EXPECT_EQ(r2["timings"]["prompt_n"], 0);
+  EXPECT_TRUE(r2["skippy"]["decoded_result_hit"].get<bool>());
+
+  // Seeded sampling repeats exactly too.
+  json seeded = {{"prompt", "Seeded sampling is reproducible."}, {"n_predict", 6}, {"temperature", 0.9},
+                 {"seed", 1234}, {"ignore_eos", true}, {"return_tokens", true}};
+  auto [s3, r3] = PostJson(*c, "/completion", seeded);
+  auto [s4, r4] = PostJson(*c, "/completion", seeded);
+  ASSERT_EQ(s3, 200);
+  ASSERT_EQ(s4, 200);
+  EXPECT_EQ(r3["tokens"], r4["tokens"]);
+  EXPECT_TRUE(r4["skippy"]["decoded_result_hit"].get<bool>());
+}
+
+TEST_F(ServerHttp, OpenAiCompletionAndChat) {
+  auto c = Client();
+  json req = {{"model", "llama"}, {"prompt", "Once upon a time in a cache"}, {"max_tokens", 5}, {"temperature", 0}};
+  auto [s1, r1] = PostJson(*c, "/v1/completions", req);
+  ASSERT_EQ(s1, 200) << r1.dump();
+  EXPECT_EQ(r1["object"], "text_completion");
+  EXPECT_EQ(r1["choices"][0]["finish_reason"].is_string(), true);
+  EXPECT_TRUE(r1["choices"][0]["text"].is_string());
+  EXPECT_EQ(r1["usage"]["completion_tokens"].get<int>() + r1["usage"]["prompt_tokens"].get<int>(),
+            r1["usage"]["total_tokens"].get<int>());
+  EXPECT_TRUE(r1["usage"]["prompt_tokens_details"]["cached_tokens"].is_number());
+
+  json chat = {{"model", "llama"},
+               {"messages", {{{"role", "system"}, {"content", "You are a careful assistant."}},
+                             {{"role", "user"}, {"content", "Say something about caches."}}}},
+               {"max_tokens", 4},
+               {"temperature", 0}};
+  auto [s2, r2] = PostJson(*c, "/v1/chat/completions", chat);
+  ASSERT_EQ(s2, 200) << r2.dump();
+  EXPECT_EQ(r2["object"], "chat.completion");
+  EXPECT_EQ(r2["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(r2["choices"][0]["message"]["content"].is_string());
+  // The next turn of the same conversation reuses the previous prompt.
+  chat["messages"].push_back({{"role", "assistant"}, {"content", r2["choices"][0]["message"]["content"]}});
+  chat["messages"].push_back({{"role", "user"}, {"content", "And another thing?"}});
+  auto [s3, r3] = PostJson(*c, "/v1/chat/completions", chat);
+  ASSERT_EQ(s3, 200) << r3.dump();
+  EXPECT_GT(r3["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 10) << r3.dump();
+}
+
+TEST_F(ServerHttp, StreamingMatchesNonStreaming) {
+  auto c = Client();
+  json req = {{"prompt", "Streaming must give the same text as a plain response."}, {"max_tokens", 12},
+              {"temperature", 0}, {"ignore_eos", true}};
+  auto [s1, plain] = PostJson(*c, "/v1/completions", req);
+  ASSERT_EQ(s1, 200);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  auto r = c->Post("/v1/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto data = SseData(r->body);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text;
+  json last;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    json j = json::parse(data[i]);
+    text += j["choices"][0]["text"].get<std::string>();
+    last = j;
+  }
+  EXPECT_EQ(text, plain["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(last["usage"]["completion_tokens"], 12);
+
+  // Chat streaming: role first, content deltas, a finish chunk, [DONE].
+  json chat = {{"messages", {{{"role", "user"}, {"content", "stream please"}}}}, {"max_tokens", 5}, {"stream", true}};
+  auto rc = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(rc);
+  ASSERT_EQ(rc->status, 200);
+  auto cd = SseData(rc->body);
+  ASSERT_GE(cd.size(), 3u);
+  EXPECT_EQ(json::parse(cd.front())["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(cd.back(), "[DONE]");
+
+  // llama-server streaming: content chunks, the last with stop = true and timings.
+  json lreq = {{"prompt", "llama-server style"}, {"n_predict", 4}, {"stream", true}, {"ignore_eos", true}};
+  auto rl = c->Post("/completion", lreq.dump(), "application/json");
+  ASSERT_TRUE(rl);
+  auto ld = SseData(rl->body);
+  ASSERT_FALSE(ld.empty());
+  json lfinal = json::parse(ld.back());
+  EXPECT_TRUE(lfinal["stop"].get<bool>());
+  EXPECT_EQ(lfinal["tokens_predicted"], 4);
+  EXPECT_TRUE(lfinal["timings"].contains("cache_n"));
+}
+
+TEST_F(ServerHttp, MetricsAndCacheAdmin) {
+  auto c = Client();
+  json req = {{"prompt", "metrics count this prompt"}, {"n_predict", 2}, {"temperature", 0}};
+  ASSERT_EQ(PostJson(*c, "/completion", req).first, 200);
+  ASSERT_EQ(PostJson(*c, "/completion", req).first, 200);
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200);
+  for (const char* name : {"skippy_requests_total{", "skippy_cache_hits_total", "skippy_cache_misses_total{reason=",
+                           "skippy_prompt_tokens_matched_total", "skippy_prompt_tokens_recomputed_total",
+                           "skippy_cache_entries", "skippy_cache_bytes{kind=\"logical\"}",
+                           "skippy_cache_bytes{kind=\"physical\"}", "skippy_cache_evictions_total", "skippy_lanes_busy",
+                           "skippy_queue_depth", "skippy_ttft_seconds_bucket{le=", "skippy_ttft_seconds_count"}) {
+    EXPECT_NE(m->body.find(name), std::string::npos) << name;
+  }
+  EXPECT_EQ(m->body.find("skippy_cache_hits_total 0\n"), std::string::npos) << m->body;
+
+  auto st = c->Get("/cache/stats");
+  ASSERT_TRUE(st);
+  ASSERT_EQ(st->status, 200);
+  json stats = json::parse(st->body);
+  EXPECT_GE(stats["entries"].get<int>(), 1);
+  EXPECT_EQ(stats["payload"], "resident-kv");
+
+  auto [cs, cleared] = PostJson(*c, "/cache/clear", json::object());
+  ASSERT_EQ(cs, 200) << cleared.dump();
+  EXPECT_GE(cleared["cleared_entries"].get<int>(), 1);
+  auto [s3, r3] = PostJson(*c, "/completion", req);
+  ASSERT_EQ(s3, 200);
+  EXPECT_EQ(r3["tokens_cached"], 0) << "a cleared cache must miss";
+}
+
+TEST_F(ServerHttp, AuthAndTenantNamespaces) {
+  auto anon = server_->Client();
+  for (const char* path : {"/v1/models", "/metrics", "/cache/stats"}) {
+    auto r = anon->Get(path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << path;
+    ExpectErrorBody(json::parse(r->body, nullptr, false), path);
+  }
+  auto [s0, b0] = PostJson(*anon, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}});
+  EXPECT_EQ(s0, 401);
+  ExpectErrorBody(b0, "no key");
+  auto wrong = server_->Client("not-a-key");
+  EXPECT_EQ(PostJson(*wrong, "/completion", {{"prompt", "x"}, {"n_predict", 1}}).first, 401);
+
+  // Tenants: the same prompt under another key's namespace or another cache_salt never hits.
+  auto a = Client(kKey);
+  auto b = Client(kTenantKey);
+  json req = {{"prompt", "A tenant's private system prompt that nobody else may reuse."}, {"n_predict", 2},
+              {"temperature", 0}};
+  ASSERT_EQ(PostJson(*a, "/completion", req).first, 200);
+  auto [sa, ra] = PostJson(*a, "/completion", req);
+  EXPECT_GT(ra["tokens_cached"].get<int>(), 0);
+  auto [sb, rb] = PostJson(*b, "/completion", req);
+  ASSERT_EQ(sb, 200);
+  EXPECT_EQ(rb["tokens_cached"], 0) << rb.dump();
+  json salted = req;
+  salted["cache_salt"] = "other-salt";
+  auto [ss, rs] = PostJson(*a, "/completion", salted);
+  ASSERT_EQ(ss, 200);
+  EXPECT_EQ(rs["tokens_cached"], 0) << rs.dump();
+  auto [ss2, rs2] = PostJson(*a, "/completion", salted);
+  EXPECT_GT(rs2["tokens_cached"].get<int>(), 0);
+  // Clearing one salt leaves the others.
+  ASSERT_EQ(PostJson(*a, "/cache/clear", {{"cache_salt", "other-salt"}}).first, 200);
+  EXPECT_EQ(PostJson(*a, "/completion", salted).second["tokens_cached"], 0);
+  EXPECT_GT(PostJson(*a, "/completion", req).second["tokens_cached"].get<int>(), 0);
+}
+
+TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
+  auto c = Client();
+  struct Case {
+    std::string name, path, body;
+    int status;
+  };
+  const std::string big(100000, 'a');
+  std::vector<Case> cases = {
+      {"malformed json", "/v1/completions", "{\"prompt\": \"x\", ", 400},
+      {"not an object", "/completion", "[1,2,3]", 400},
+      {"wrong type max_tokens", "/v1/completions", R"({"prompt":"x","max_tokens":"8"})", 400},
+      {"wrong type prompt", "/v1/completions", R"({"prompt":{"a":1},"max_tokens":1})", 400},
+      {"wrong type messages", "/v1/chat/completions", R"({"messages":"hi"})", 400},
+      {"empty messages", "/v1/chat/completions", R"({"messages":[]})", 400},
+      {"missing prompt", "/completion", R"({"n_predict":1})", 400},
+      {"unknown field", "/v1/completions", R"({"prompt":"x","max_token":3})", 400},
+      {"negative max_tokens", "/v1/completions", R"({"prompt":"x","max_tokens":-5})", 400},
+      {"huge max_tokens", "/v1/completions", R"({"prompt":"x","max_tokens":100000000})", 400},
+      {"n_predict over context", "/completion", R"({"prompt":"x","n_predict":600})", 400},
+      {"negative token id", "/completion", R"({"prompt":[1,2,-1],"n_predict":1})", 400},
+      {"token id past vocab", "/completion", R"({"prompt":[1,2,1000000000],"n_predict":1})", 400},
+      {"float temperature string", "/completion", R"({"prompt":"x","temperature":"hot"})", 400},
+      {"n > 1", "/v1/completions", R"({"prompt":"x","n":3})", 400},
+      {"empty prompt", "/completion", R"({"prompt":""})", 400},
+      {"oversized body", "/completion", "{\"prompt\":\"" + big + "\"}", 413},
+  };
+  // Prompt longer than the context (512): a token array of 600 ids.
+  json long_prompt = {{"prompt", std::vector<int>(600, 1000)}, {"n_predict", 1}};
+  cases.push_back({"prompt over context", "/completion", long_prompt.dump(), 400});
+  for (const Case& k : cases) {
+    auto r = c->Post(k.path, k.body, "application/json");
+    ASSERT_TRUE(r) << k.name;
+    EXPECT_EQ(r->status, k.status) << k.name << ": " << r->body;
+    ExpectErrorBody(json::parse(r->body, nullptr, false), k.name);
+  }
+  auto nf = c->Get("/no/such/route");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  // Still serving, lanes free, queue empty.
+  auto [s, r] = PostJson(*c, "/completion", {{"prompt", "still alive"}, {"n_predict", 2}});
+  EXPECT_EQ(s, 200) << r.dump();
+  auto st = json::parse(c->Get("/cache/stats")->body);
+  EXPECT_EQ(st["lanes_busy"], 0);
+  EXPECT_EQ(st["queue_depth"], 0);
+}
+
+TEST_F(ServerHttp, MoreRequestsThanLanesWaitOrGet503) {
+  constexpr int kClients = 8;  // 2 lanes + 1 queued slot
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::atomic<bool> retry_after{true};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = Client();
+      json req = {{"prompt", skippy::StrCat("concurrent request number ", i)}, {"n_predict", 120},
+                  {"ignore_eos", true}, {"temperature", 0}};
+      auto r = c->Post("/completion", req.dump(), "application/json");
+      if (!r) {
+        ++other;
+      } else if (r->status == 200) {
+        ++ok;
+      } else if (r->status == 503 || r->status == 429) {
+        ++busy;
+        if (r->get_header_value("Retry-After").empty()) retry_after = false;
+        auto b = json::parse(r->body, nullptr, false);
+        if (!b.is_object() || !b.contains("error")) retry_after = false;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(other, 0);
+  EXPECT_GE(ok, 3);
+  EXPECT_GE(busy, 1) << "8 long requests on 2 lanes + 1 queue slot must see a 503";
+  EXPECT_TRUE(retry_after);
+  auto st = json::parse(Client()->Get("/cache/stats")->body);
+  EXPECT_EQ(st["lanes_busy"], 0);
+  EXPECT_EQ(st["queue_depth"], 0);
+}
+
+TEST_F(ServerHttp, ADisconnectingStreamingClientFreesItsLane) {
+  {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_default_headers({{"Authorization", std::string("Bearer ") + kKey}});
+    json req = {{"prompt", "a long stream nobody reads"}, {"n_predict", 480}, {"ignore_eos", true}, {"stream", true}};
+    int chunks = 0;
+    httplib::Request hreq;
+    hreq.method = "POST";
+    hreq.path = "/completion";
+    hreq.set_header("Content-Type", "application/json");
+    hreq.body = req.dump();
+    // Hang up after the first chunk.
+    hreq.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+    httplib::Response hres;
+    httplib::Error err = httplib::Error::Success;
+    c.send(hreq, hres, err);
+    EXPECT_GE(chunks, 1);
+  }
+  // The lane is freed (cancelled or finished) and the cancellation is counted.
+  auto c = Client();
+  bool freed = false, cancelled = false;
+  for (int i = 0; i < 100 && !(freed && cancelled); ++i) {
+    auto st = json::parse(c->Get("/cache/stats")->body);
+    freed = st["lanes_busy"] == 0;
+    auto m = c->Get("/metrics");
+    cancelled = m && m->body.find("skippy_requests_cancelled_total 0\n") == std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(freed);
+  EXPECT_TRUE(cancelled) << "the server should notice the client went away";
+  auto [s, r] = PostJson(*c, "/completion", {{"prompt", "after the disconnect"}, {"n_predict", 2}});
+  EXPECT_EQ(s, 200);
+}
+
+}  // namespace

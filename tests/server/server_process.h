@@ -1,0 +1,107 @@
+// A skippy-server child process on a free loopback port, for tests: started with
+// skippy::Subprocess, healthy (GET /health == 200) before Start returns, stopped on destruction.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "skippy/common/strings.h"
+#include "skippy/common/subprocess.h"
+
+namespace skippy::server_test {
+
+inline std::string Env(const char* name, const char* fallback) {
+  if (const char* v = std::getenv(name)) return v;
+  return fallback;
+}
+inline std::string ZooFile(const std::string& family) {
+  return StrCat(Env("SKIPPY_ZOO_DIR", SKIPPY_TEST_ZOO_DIR), "/", family, ".gguf");
+}
+inline std::string ServerBin() { return Env("SKIPPY_SERVER_BIN", SKIPPY_TEST_SERVER_BIN); }
+
+class ServerProcess {
+ public:
+  // Starts skippy-server on `family`'s tiny model with extra flags. Retries once on a port race.
+  static std::unique_ptr<ServerProcess> Start(const std::string& family, const std::vector<std::string>& flags,
+                                              const std::string& tag) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto port = FreeLoopbackPort();
+      if (!port.ok()) continue;
+      auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
+      p->port_ = *port;
+      p->log_ = (std::filesystem::temp_directory_path() /
+                 StrCat("skippy-server-test-", tag, "-", getpid(), "-", *port, ".log"))
+                    .string();
+      std::filesystem::remove(p->log_);
+      std::vector<std::string> argv = {ServerBin(), "-m", ZooFile(family), "--host", "127.0.0.1", "--port",
+                                       std::to_string(*port), "-t", "1"};
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      auto proc = Subprocess::Start(argv, p->log_);
+      if (!proc.ok()) {
+        ADD_FAILURE() << proc.status();
+        return nullptr;
+      }
+      p->proc_ = std::make_unique<Subprocess>(std::move(*proc));
+      if (p->WaitHealthy(std::chrono::seconds(60))) return p;
+      if (p->proc_->Poll()) continue;  // exited (port taken?): try another port
+      ADD_FAILURE() << "skippy-server did not become healthy; log:\n" << TailOfFile(p->log_);
+      return nullptr;
+    }
+    ADD_FAILURE() << "could not start skippy-server";
+    return nullptr;
+  }
+
+  ~ServerProcess() {
+    if (proc_) proc_->Stop(std::chrono::milliseconds(3000));
+  }
+
+  int port() const { return port_; }
+  const std::string& log() const { return log_; }
+  bool alive() { return proc_ && !proc_->Poll().has_value(); }
+  std::string LogTail() const { return TailOfFile(log_, 3000); }
+
+  std::unique_ptr<httplib::Client> Client(const std::string& api_key = "") const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    c->set_connection_timeout(2);
+    c->set_read_timeout(60);
+    if (!api_key.empty()) c->set_default_headers({{"Authorization", "Bearer " + api_key}});
+    return c;
+  }
+
+ private:
+  ServerProcess() = default;
+  bool WaitHealthy(std::chrono::seconds limit) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_connection_timeout(1);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (proc_->Poll()) return false;
+      auto r = c.Get("/health");
+      if (r && r->status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  int port_ = 0;
+  std::string log_;
+  std::unique_ptr<Subprocess> proc_;
+};
+
+// POST a JSON body; returns (status, parsed body or null).
+inline std::pair<int, nlohmann::json> PostJson(httplib::Client& c, const std::string& path, const nlohmann::json& body) {
+  auto r = c.Post(path, body.dump(), "application/json");
+  if (!r) return {0, nullptr};
+  return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
+}
+
+}  // namespace skippy::server_test

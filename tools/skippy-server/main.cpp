@@ -1,0 +1,94 @@
+// skippy-server: serves one GGUF over HTTP (OpenAI and llama-server endpoints) with the
+// exact-prefix cache on every request. Flags follow llama-server where they overlap.
+//
+//   skippy-server -m MODEL.gguf [--host 127.0.0.1] [--port 8080] [-c 2048] [-t 2]
+//       [--runtime-lane-count 1] [--api-key KEY[:NAMESPACE]]... [--no-cache] ...
+//
+// Exit codes: 0 after a clean stop, 1 when the model cannot be loaded or the port bound, 2 for bad
+// flags.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "skippy/server/http_server.h"
+
+namespace {
+
+skippy::server::HttpServer* g_server = nullptr;
+
+void OnSignal(int) {
+  if (g_server != nullptr) g_server->Stop();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  skippy::server::ServerOptions o;
+  std::vector<std::string> api_keys;
+  bool no_cache = false;
+  bool no_flash_attn = false;
+
+  CLI::App app{"skippy-server: OpenAI-compatible serving on llama.cpp with an exact-prefix KV cache"};
+  app.add_option("-m,--model", o.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app.add_option("-a,--alias", o.model_alias, "model name in responses (default: the file name)");
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "port to listen on")->capture_default_str()->check(CLI::Range(1, 65535));
+  app.add_option("-c,--ctx-size", o.ctx_per_lane, "context per request (prompt + generated tokens)")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  app.add_option("-t,--threads", o.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("-b,--batch-size", o.n_batch, "llama.cpp batch size")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("--runtime-lane-count,--parallel", o.lane_count, "lanes: requests decoded concurrently")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--prefill-chunk", o.prefill_chunk,
+                 "prefill chunk in tokens (boundaries are multiples of it plus record boundaries)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_flag("--no-flash-attn", no_flash_attn, "flash attention off (it is on by default, never auto)");
+  app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
+  app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
+  app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
+  app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--cache-tokens", o.cache_tokens, "KV cells reserved for resident (ResidentKv) entries")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  app.add_option("--cache-seqs", o.cache_seqs, "resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
+  app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
+  app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
+  app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
+  app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
+  app.add_option("--queue-size", o.queue_size, "requests waiting for a lane before 503")->capture_default_str();
+  app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body (413 above)")->capture_default_str();
+  app.add_option("--max-prompt-tokens", o.max_prompt_tokens, "largest prompt (0: the context)")->capture_default_str();
+  app.add_option("--max-tokens-limit", o.max_tokens_limit, "largest max_tokens (0: the context)")->capture_default_str();
+  app.add_option("-n,--n-predict", o.default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: lanes + queue + 8)")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  o.cache_enabled = !no_cache;
+  o.flash_attn = !no_flash_attn;
+  for (const std::string& k : api_keys) {
+    const size_t colon = k.find(':');
+    const std::string key = k.substr(0, colon);
+    if (key.empty()) {
+      std::fprintf(stderr, "skippy-server: --api-key must not be empty\n");
+      return 2;
+    }
+    o.api_keys[key] = colon == std::string::npos ? "" : k.substr(colon + 1);
+  }
+
+  std::signal(SIGPIPE, SIG_IGN);
+  skippy::server::HttpServer server(o);
+  g_server = &server;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const absl::Status s = server.Run();
+  g_server = nullptr;
+  if (!s.ok()) {
+    std::fprintf(stderr, "skippy-server: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
