@@ -10,7 +10,9 @@
 
 #include "skippy/bench/production.h"
 #include "skippy/bench/report.h"
+#include "skippy/bench/serve_compare.h"
 #include "skippy/bench/use_case_corpus.h"
+#include "skippy/bench/workloads.h"
 #include "skippy/common/strings.h"
 
 namespace {
@@ -200,6 +202,78 @@ TEST(Report, FamilyOrderEscapingMissingCellsAndFailedFamilies) {
   EXPECT_NE(md.find("- Llama (prefix 128): mismatch"), std::string::npos) << md;
   EXPECT_NE(md.find("| Use case | Qwen3Next | Gemma2 | OLMo |"), std::string::npos) << md;
   EXPECT_NE(md.find("| Open chat | 8.00x | 1.10x | - |"), std::string::npos) << md;
+}
+
+TEST(Workloads, AreDeterministicPerSeedAndShapedAsNamed) {
+  bench::WorkloadOptions o;
+  o.long_prefix_words = 60;
+  for (const std::string& name : bench::WorkloadNames()) {
+    auto a = bench::MakeWorkload(name, o), b = bench::MakeWorkload(name, o);
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    ASSERT_FALSE(a->requests.empty()) << name;
+    ASSERT_EQ(a->requests.size(), b->requests.size());
+    for (size_t i = 0; i < a->requests.size(); ++i) EXPECT_EQ(a->requests[i].prompt, b->requests[i].prompt) << name;
+    auto other = o;
+    other.seed = 2;
+    auto c = bench::MakeWorkload(name, other);
+    ASSERT_TRUE(c.ok());
+    EXPECT_NE(a->requests[0].prompt, c->requests[0].prompt) << name << ": the seed must matter";
+  }
+  // Shapes: repeats repeat, shared prefixes share, interleaving revisits, transcripts grow.
+  auto repeat = *bench::MakeWorkload("exact-repeat", o);
+  EXPECT_EQ(repeat.requests.front().prompt, repeat.requests.back().prompt);
+  auto shared = *bench::MakeWorkload("shared-prefix", o);
+  const std::string& s0 = shared.requests[0].prompt;
+  const std::string& s1 = shared.requests[1].prompt;
+  EXPECT_NE(s0, s1);
+  EXPECT_EQ(s0.substr(0, s0.find("User:")), s1.substr(0, s1.find("User:")));
+  auto inter = *bench::MakeWorkload("interleaved-prefixes", o);
+  EXPECT_EQ(inter.requests.size(), static_cast<size_t>(o.documents * o.rounds));
+  EXPECT_EQ(inter.requests[0].stream, inter.requests[static_cast<size_t>(o.documents)].stream);
+  auto agent = *bench::MakeWorkload("agent-loop", o);
+  for (size_t i = 1; i < agent.requests.size(); ++i) {
+    const std::string& prev = agent.requests[i - 1].prompt;
+    EXPECT_EQ(agent.requests[i].prompt.compare(0, prev.size() - 15, prev, 0, prev.size() - 15), 0) << "transcript must grow";
+  }
+  EXPECT_EQ(bench::MakeWorkload("nope", o).status().code(), absl::StatusCode::kNotFound);
+  o.documents = 0;
+  EXPECT_EQ(bench::MakeWorkload("interleaved-prefixes", o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
+  bench::ServeCompareOptions o;
+  o.output_dir = (dir_ / "sc").string();
+  o.cases = {"llama"};
+  o.servers = {"skippy", "llama-matched"};
+  o.zoo_dir = SKIPPY_TEST_ZOO_DIR;
+  o.skippy_server_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/skippy-server");
+  o.llama_server_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/llama-server");
+  o.threads = 1;
+  o.ctx_size = 1024;
+  o.repeats = 1;
+  o.concurrency_sweep = {2};
+  o.workload.long_prefix_words = 60;
+  o.workload.requests = 3;
+  o.workload.documents = 3;
+  o.workload.rounds = 2;
+  o.workload.conversations = 2;
+  o.workload.turns = 2;
+  o.workload.agent_steps = 2;
+  o.workload.n_predict = 4;
+  auto doc = bench::RunServeCompare(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ((*doc)["runs"].size(), bench::WorkloadNames().size() * 2);
+  for (const json& run : (*doc)["runs"]) {
+    ASSERT_EQ(run["status"], "ok") << run.dump();
+    EXPECT_EQ(run["summary"]["ok_requests"], run["summary"]["requests"]) << run["workload"] << " " << run["server"];
+    EXPECT_GT(run["summary"]["peak_rss_bytes"].get<uint64_t>(), 0u);
+  }
+  EXPECT_EQ((*doc)["summary"].size(), bench::WorkloadNames().size() * 2);
+  ASSERT_EQ((*doc)["concurrency_sweep"].size(), 2u);
+  for (const json& l : (*doc)["concurrency_sweep"]) EXPECT_EQ(l["status"], "ok") << l.dump();
+  std::ifstream in(fs::path(o.output_dir) / "serve-compare.json");
+  EXPECT_EQ(json::parse(in)["runs"].size(), (*doc)["runs"].size());
+  EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "serve-compare.md"));
 }
 
 TEST(BenchCli, BadArgumentsExitWithCodeTwo) {

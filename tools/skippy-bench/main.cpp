@@ -2,6 +2,7 @@
 //
 //   skippy-bench production --output-dir OUT [--case KEY ...] [--use-case NAME|all] ...
 //   skippy-bench report --input A.json [--input B.json ...] --output readme-tables.md
+//   skippy-bench serve-compare --output-dir OUT [--case KEY ...] [--workload NAME ...] [--lanes N]
 //
 // Exit codes: 0 done (per-case failures are rows with a status), 2 bad input, 4 internal error.
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "skippy/bench/concurrency.h"
 #include "skippy/bench/production.h"
 #include "skippy/bench/report.h"
+#include "skippy/bench/serve_compare.h"
 
 namespace fs = std::filesystem;
 
@@ -110,10 +112,45 @@ int main(int argc, char** argv) {
   rep->add_option("--output", ro.output, "markdown file")->required();
   rep->add_flag("--no-charts", no_charts, "skip the gnuplot charts");
 
+  skippy::bench::ServeCompareOptions sc;
+  sc.skippy_server_bin = (SelfDir() / "skippy-server").string();
+  sc.llama_server_bin = o.llama_server_bin;
+  std::string sc_preset = "bench";
+  bool sc_no_fa = false;
+  CLI::App* cmp = app.add_subcommand("serve-compare", "skippy-server vs llama-server over HTTP on serving workloads");
+  cmp->add_option("--output-dir", sc.output_dir, "where serve-compare.json/.md go")->required();
+  cmp->add_option("--case", sc.cases, "family key (repeatable)")->capture_default_str();
+  cmp->add_option("--workload", sc.workloads, "workload name (repeatable); default: all six");
+  cmp->add_option("--server", sc.servers, "skippy | llama-default | llama-matched (repeatable)")->capture_default_str();
+  cmp->add_option("--lanes", sc.lanes, "skippy lanes = llama-server slots")->capture_default_str();
+  cmp->add_option("--threads", sc.threads, "threads for both")->capture_default_str();
+  cmp->add_option("--ctx-size", sc.ctx_size, "context per request")->capture_default_str();
+  cmp->add_option("--batch-size", sc.batch_size, "batch size for both")->capture_default_str();
+  cmp->add_flag("--no-flash-attn", sc_no_fa, "flash attention off on both");
+  cmp->add_option("--repeats", sc.repeats, "interleaved repeats of each run")->capture_default_str();
+  cmp->add_option("--ttft-slo-ms", sc.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();
+  cmp->add_option("--seed", sc.workload.seed, "workload seed")->capture_default_str();
+  cmp->add_option("--long-prefix-words", sc.workload.long_prefix_words, "words in long prefixes")->capture_default_str();
+  cmp->add_option("--requests", sc.workload.requests, "requests of repeat/shared-prefix")->capture_default_str();
+  cmp->add_option("--documents", sc.workload.documents, "interleaved-prefixes K")->capture_default_str();
+  cmp->add_option("--rounds", sc.workload.rounds, "interleaved-prefixes rounds")->capture_default_str();
+  cmp->add_option("--conversations", sc.workload.conversations, "multi-turn conversations")->capture_default_str();
+  cmp->add_option("--turns", sc.workload.turns, "multi-turn turns")->capture_default_str();
+  cmp->add_option("--agent-steps", sc.workload.agent_steps, "agent-loop steps")->capture_default_str();
+  cmp->add_option("--n-predict", sc.workload.n_predict, "generated tokens per request")->capture_default_str();
+  cmp->add_option("--skippy-server-bin", sc.skippy_server_bin, "skippy-server binary")->capture_default_str();
+  cmp->add_option("--llama-server-bin", sc.llama_server_bin, "llama-server binary")->capture_default_str();
+  cmp->add_option("--model-dir", sc.model_dir, "real GGUFs named <family-key>.gguf");
+  cmp->add_option("--zoo-preset", sc_preset, "zoo preset")->capture_default_str();
+  cmp->add_option("--zoo-dir", sc.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
+  std::string sc_sweep;
+  cmp->add_option("--concurrency-sweep", sc_sweep, "comma-separated client counts, e.g. 1,2,4,8");
+
   try {
     app.parse(argc, argv);
     o.prefix_tokens = ParseIntList(sweep.empty() ? prefix_tokens : sweep);
     if (!concurrency.empty()) o.concurrency_sweep = ParseIntList(concurrency);
+    for (int32_t c : ParseIntList(sc_sweep)) sc.concurrency_sweep.push_back(c);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {
@@ -135,6 +172,14 @@ int main(int argc, char** argv) {
       if (!sweep_doc.ok()) return Fail(sweep_doc.status());
       std::fprintf(stderr, "[bench] concurrency sweep -> %s/concurrency-sweep.json\n", o.output_dir.c_str());
     }
+    return 0;
+  }
+  if (*cmp) {
+    sc.flash_attn = !sc_no_fa;
+    if (sc.zoo_dir.empty()) sc.zoo_dir = DefaultCacheDir() + "/zoo/" + sc_preset;
+    auto doc = skippy::bench::RunServeCompare(sc);
+    if (!doc.ok()) return Fail(doc.status());
+    std::fprintf(stderr, "[serve-compare] -> %s/serve-compare.json\n", sc.output_dir.c_str());
     return 0;
   }
   ro.charts = !no_charts;

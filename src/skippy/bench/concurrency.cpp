@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "skippy/bench/llama_server.h"
+#include "skippy/bench/model_server.h"
 #include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/zoo/zoo_spec.h"
@@ -41,10 +41,10 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
     const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
     for (int c : o.concurrency_sweep) {
       std::fprintf(stderr, "[bench] concurrency sweep %s: %d client(s)\n", key.c_str(), c);
-      LlamaServerOptions lo;
+      ModelServerOptions lo;
       lo.binary = o.llama_server_bin;
       lo.model_path = model;
-      lo.ctx_size = o.ctx_size * c;  // each slot keeps the same per-request context
+      lo.ctx_size = o.ctx_size;  // per slot; ModelServer multiplies for llama-server
       lo.threads = o.threads;
       lo.parallel = c;
       lo.batch_size = o.batch_size;
@@ -52,7 +52,7 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
       lo.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
       lo.request_timeout = std::chrono::seconds(o.request_timeout_secs);
       json level = {{"family", key}, {"concurrency", c}};
-      auto server = LlamaServer::Start(lo);
+      auto server = ModelServer::Start(lo);
       if (!server.ok()) {
         level["status"] = "error";
         level["error"] = std::string(server.status().message());

@@ -1,4 +1,6 @@
-#include "skippy/bench/llama_server.h"
+#include "skippy/bench/model_server.h"
+
+#include <fstream>
 
 #include <filesystem>
 #include <thread>
@@ -14,21 +16,40 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+const char* ServerName(const ModelServerOptions& o) {
+  return o.kind == ServerKind::kLlamaServer ? "llama-server" : "skippy-server";
+}
 
 }  // namespace
 
-StatusOr<LlamaServer> LlamaServer::Start(const LlamaServerOptions& o) {
+uint64_t ModelServer::PeakRssBytes() const {
+  std::ifstream in(StrCat("/proc/", process_.pid(), "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // kB
+  }
+  return 0;
+}
+
+StatusOr<ModelServer> ModelServer::Start(const ModelServerOptions& o) {
   if (o.binary.empty() || !std::filesystem::exists(o.binary)) {
-    return absl::NotFoundError(StrCat("llama-server binary not found: '", o.binary, "'"));
+    return absl::NotFoundError(StrCat("server binary not found: '", o.binary, "'"));
   }
   Status last = absl::UnavailableError("not started");
   for (int attempt = 0; attempt < 3; ++attempt) {  // a free port can be taken between probe and bind
     SKIPPY_ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
     std::vector<std::string> argv = {o.binary, "-m", o.model_path, "--host", "127.0.0.1", "--port",
-                                     std::to_string(port), "-c", std::to_string(o.ctx_size), "-t",
-                                     std::to_string(o.threads), "--parallel", std::to_string(o.parallel), "-b",
-                                     std::to_string(o.batch_size), "-ub", std::to_string(o.batch_size), "-fa",
-                                     o.flash_attn ? "on" : "off", "--fit", "off", "--no-webui"};
+                                     std::to_string(port), "-t", std::to_string(o.threads), "--parallel",
+                                     std::to_string(o.parallel), "-b", std::to_string(o.batch_size)};
+    if (o.kind == ServerKind::kLlamaServer) {
+      // llama-server's -c is the total over all slots; pin every setting it would otherwise choose.
+      argv.insert(argv.end(), {"-c", std::to_string(o.ctx_size * o.parallel), "-ub", std::to_string(o.batch_size),
+                               "-fa", o.flash_attn ? "on" : "off", "--fit", "off", "--no-webui"});
+    } else {
+      // skippy-server's -c is per lane; flash attention is on unless turned off.
+      argv.insert(argv.end(), {"-c", std::to_string(o.ctx_size)});
+      if (!o.flash_attn) argv.push_back("--no-flash-attn");
+    }
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
     const std::string log = o.log_path.empty() ? "/dev/null" : o.log_path;
     SKIPPY_ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, log));
@@ -40,17 +61,17 @@ StatusOr<LlamaServer> LlamaServer::Start(const LlamaServerOptions& o) {
     while (Clock::now() < deadline) {
       if (auto rc = proc.Poll()) {
         exited = true;
-        last = absl::UnavailableError(StrCat("llama-server exited early with status ", *rc, "; log tail: ",
+        last = absl::UnavailableError(StrCat(ServerName(o), " exited early with status ", *rc, "; log tail: ",
                                              TailOfFile(log, 600)));
         break;
       }
       auto res = client.Get("/health");
-      if (res && res->status == 200) return LlamaServer(std::move(proc), port, std::move(argv), o);
+      if (res && res->status == 200) return ModelServer(std::move(proc), port, std::move(argv), o);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!exited) {
       proc.Stop();
-      return absl::DeadlineExceededError(StrCat("llama-server did not become healthy within ", o.startup_timeout.count(),
+      return absl::DeadlineExceededError(StrCat(ServerName(o), " did not become healthy within ", o.startup_timeout.count(),
                                                 " s; log tail: ", TailOfFile(log, 600)));
     }
     // An early exit on a taken port is worth one more try; anything else fails after 3 attempts.
@@ -58,7 +79,7 @@ StatusOr<LlamaServer> LlamaServer::Start(const LlamaServerOptions& o) {
   return last;
 }
 
-CompletionRun LlamaServer::Complete(const std::string& prompt, int n_predict) const {
+CompletionRun ModelServer::Complete(const std::string& prompt, int n_predict) const {
   CompletionRun run;
   httplib::Client client("127.0.0.1", port_);
   client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
@@ -84,7 +105,7 @@ CompletionRun LlamaServer::Complete(const std::string& prompt, int n_predict) co
   return run;
 }
 
-StreamRun LlamaServer::StreamComplete(const std::string& prompt, int n_predict) const {
+StreamRun ModelServer::StreamComplete(const std::string& prompt, int n_predict) const {
   StreamRun run;
   httplib::Client client("127.0.0.1", port_);
   client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
@@ -107,11 +128,13 @@ StreamRun LlamaServer::StreamComplete(const std::string& prompt, int n_predict) 
       if (event.rfind("data: ", 0) != 0) continue;
       json j = json::parse(event.substr(6), nullptr, false);
       if (j.is_discarded()) continue;
+      if (j.contains("timings") && j["timings"].is_object()) run.timings = j["timings"];
       if (j.contains("content") && !j.value("stop", false)) {
         if (first) {
           run.ttft_ms = MsSince(t0);
           first = false;
         }
+        run.content += j.value("content", std::string());
         ++run.tokens;
       }
     }

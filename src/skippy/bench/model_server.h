@@ -1,9 +1,10 @@
-// The llama-server baseline, run as a child process on a free loopback port.
+// An HTTP model server under test -- llama-server (the baseline) or skippy-server -- run as a child
+// process on a free loopback port with matched settings.
 //
-// LlamaServer::Start launches the binary with the given arguments, polls /health until it answers
-// 200, and fails with a clear Status if the process exits early or does not become healthy in
-// time (the log tail is quoted). Requests are timed at the client. The process is stopped by Stop()
-// or the destructor.
+// ModelServer::Start launches the binary, polls /health until it answers 200, and fails with a
+// clear Status if the process exits early or does not become healthy in time (the log tail is
+// quoted). Both servers speak llama-server's /completion, so requests are timed at the client the
+// same way for both. The process is stopped by Stop() or the destructor.
 //
 // Thread-safety: Complete/StreamComplete may be called from several threads at once (each call
 // opens its own connection); Start/Stop from the owner thread only.
@@ -20,12 +21,15 @@
 
 namespace skippy::bench {
 
-struct LlamaServerOptions {
-  std::string binary;               // path to llama-server
+enum class ServerKind { kLlamaServer, kSkippyServer };
+
+struct ModelServerOptions {
+  ServerKind kind = ServerKind::kLlamaServer;
+  std::string binary;               // path to llama-server or skippy-server
   std::string model_path;
   int ctx_size = 1024;
   int threads = 2;
-  int parallel = 1;
+  int parallel = 1;                 // llama-server slots / skippy-server lanes
   int batch_size = 512;
   bool flash_attn = true;
   std::vector<std::string> extra_args;
@@ -47,6 +51,8 @@ struct CompletionRun {
 
 struct StreamRun {
   bool ok = false;
+  std::string content;
+  nlohmann::json timings = nlohmann::json::object();  // from the final event, when sent
   double ttft_ms = 0;        // request sent -> first token event
   double total_ms = 0;
   int tokens = 0;
@@ -54,14 +60,16 @@ struct StreamRun {
   std::string error;
 };
 
-class LlamaServer {
+class ModelServer {
  public:
-  [[nodiscard]] static StatusOr<LlamaServer> Start(const LlamaServerOptions& options);
-  LlamaServer(LlamaServer&&) noexcept = default;
-  LlamaServer& operator=(LlamaServer&&) noexcept = default;
-  ~LlamaServer() = default;
+  [[nodiscard]] static StatusOr<ModelServer> Start(const ModelServerOptions& options);
+  ModelServer(ModelServer&&) noexcept = default;
+  ModelServer& operator=(ModelServer&&) noexcept = default;
+  ~ModelServer() = default;
 
   int port() const { return port_; }
+  // Peak resident memory of the server process (VmHWM), bytes; 0 if unknown.
+  uint64_t PeakRssBytes() const;
   std::vector<std::string> argv() const { return argv_; }
   const std::string& log_path() const { return process_.log_path(); }
 
@@ -72,12 +80,12 @@ class LlamaServer {
   int Stop() { return process_.Stop(); }
 
  private:
-  LlamaServer(Subprocess process, int port, std::vector<std::string> argv, LlamaServerOptions options)
+  ModelServer(Subprocess process, int port, std::vector<std::string> argv, ModelServerOptions options)
       : process_(std::move(process)), port_(port), argv_(std::move(argv)), options_(std::move(options)) {}
   Subprocess process_;
   int port_ = 0;
   std::vector<std::string> argv_;
-  LlamaServerOptions options_;
+  ModelServerOptions options_;
 };
 
 }  // namespace skippy::bench

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "skippy/bench/llama_server.h"
+#include "skippy/bench/model_server.h"
 #include "skippy/bench/use_case_corpus.h"
 #include "skippy/cache/family_policy.h"
 #include "skippy/common/stats.h"
@@ -281,7 +281,7 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
       continue;
     }
     std::fprintf(stderr, "[bench] %s: llama-server baseline for %zu prompt(s)\n", key.c_str(), pending.size());
-    LlamaServerOptions lo;
+    ModelServerOptions lo;
     lo.binary = o.llama_server_bin;
     lo.model_path = model;
     lo.ctx_size = o.ctx_size;
@@ -293,7 +293,7 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
     lo.request_timeout = std::chrono::seconds(o.request_timeout_secs);
     lo.log_path = (work / StrCat(key, ".llama-server.log")).string();
     fs::remove(lo.log_path);
-    auto server = LlamaServer::Start(lo);
+    auto server = ModelServer::Start(lo);
     if (!server.ok()) {
       for (size_t i : pending) {
         json& r = doc["rows"][i];

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "skippy/bench/chart.h"
 #include "skippy/cache/family_policy.h"
 #include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
@@ -222,41 +223,6 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
   return md;
 }
 
-namespace {
-
-// Writes data + a gnuplot script and runs gnuplot. Returns the PNG file name or an error.
-StatusOr<std::string> Chart(const ReportOptions& o, const fs::path& dir, const std::string& name, const std::string& title,
-                            const std::vector<std::pair<std::string, double>>& bars) {
-  if (bars.empty()) return absl::NotFoundError("no data");
-  const fs::path dat = dir / (name + ".dat"), gp = dir / (name + ".gp"), png = dir / (name + ".png");
-  {
-    std::ofstream d(dat);
-    for (const auto& [label, v] : bars) {
-      std::string l = label;
-      std::replace(l.begin(), l.end(), ' ', '_');
-      d << '"' << label << "\" " << v << "\n";
-    }
-  }
-  {
-    std::ofstream g(gp);
-    g << "set terminal pngcairo size 1000,480 font 'sans,10'\n"
-      << "set output '" << png.string() << "'\n"
-      << "set title '" << title << "'\n"
-      << "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.7\n"
-      << "set ylabel 'speedup (x, log scale)'\nset logscale y\nset yrange [0.5:*]\nset grid ytics\n"
-      << "set xtics rotate by -35 left\nunset key\n"
-      << "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc rgb '#aa0000'\n"
-      << "plot '" << dat.string() << "' using 2:xtic(1) lc rgb '#3572a5'\n";
-  }
-  const std::string cmd = StrCat(o.gnuplot, " '", gp.string(), "' 2>", (dir / (name + ".gnuplot.log")).string());
-  if (std::system(cmd.c_str()) != 0 || !fs::exists(png)) {
-    return absl::UnavailableError(StrCat("gnuplot failed: ", TailOfFile((dir / (name + ".gnuplot.log")).string(), 300)));
-  }
-  fs::remove(dir / (name + ".gnuplot.log"));
-  return png.filename().string();
-}
-
-}  // namespace
 
 StatusOr<std::string> WriteReport(const ReportOptions& o) {
   if (o.inputs.empty()) return absl::InvalidArgumentError("no --input files");
@@ -299,12 +265,18 @@ StatusOr<std::string> WriteReport(const ReportOptions& o) {
       uc_label[k] = r.value("use_case_label", k);
     }
     for (const std::string& k : uc_order) uc.emplace_back(uc_label[k] + " (median)", Median(per_uc[k]));
-    for (auto [name, title, data] : {std::tuple{"speedup-by-family", "Skippy hit vs llama-server warm, by family (128-token prefix)", fam},
-                                     std::tuple{"speedup-by-use-case", "Median speedup across families, by use case", uc}}) {
-      auto c = Chart(o, dir, name, title, data);
+    auto draw = [&](const char* name, const char* title, const std::vector<std::pair<std::string, double>>& bars) {
+      BarChart chart{title, "speedup (x, log scale)", {}, {{"speedup", {}}}, /*log_y=*/true, /*reference_line=*/1.0};
+      for (const auto& [label, v] : bars) {
+        chart.categories.push_back(label);
+        chart.series[0].values.push_back(v);
+      }
+      auto c = DrawBarChart(dir.string(), name, chart, o.gnuplot);
       if (c.ok()) charts.push_back(*c);
       else if (c.status().code() != absl::StatusCode::kNotFound) chart_note = std::string(c.status().message());
-    }
+    };
+    draw("speedup-by-family", "Skippy hit vs llama-server warm, by family (128-token prefix)", fam);
+    draw("speedup-by-use-case", "Median speedup across families, by use case", uc);
   }
   std::string md = RenderReport(docs, charts);
   if (!chart_note.empty()) md += StrCat("\nCharts were not drawn: ", chart_note, "\n");

@@ -1,0 +1,285 @@
+#include "skippy/bench/serve_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "skippy/bench/chart.h"
+#include "skippy/bench/model_server.h"
+#include "skippy/bench/production.h"
+#include "skippy/common/stats.h"
+#include "skippy/common/strings.h"
+#include "skippy/zoo/zoo_spec.h"
+
+namespace skippy::bench {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const std::string& server, const std::string& model,
+                                           const fs::path& log) {
+  ModelServerOptions so;
+  so.model_path = model;
+  so.ctx_size = o.ctx_size;
+  so.threads = o.threads;
+  so.parallel = o.lanes;
+  so.batch_size = o.batch_size;
+  so.flash_attn = o.flash_attn;
+  so.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
+  so.request_timeout = std::chrono::seconds(o.request_timeout_secs);
+  so.log_path = log.string();
+  if (server == "skippy") {
+    so.kind = ServerKind::kSkippyServer;
+    so.binary = o.skippy_server_bin;
+  } else if (server == "llama-default") {
+    so.binary = o.llama_server_bin;
+  } else if (server == "llama-matched") {
+    so.binary = o.llama_server_bin;
+    so.extra_args = {"--cache-ram", "0"};
+  } else {
+    return absl::InvalidArgumentError(StrCat("unknown server '", server, "' (skippy, llama-default, llama-matched)"));
+  }
+  return so;
+}
+
+json Summarize(const std::vector<StreamRun>& runs, double wall_s, double slo_ms) {
+  std::vector<double> ttft, e2e;
+  int64_t reused = 0, recomputed = 0, tokens = 0;
+  int ok = 0, good = 0;
+  for (const StreamRun& r : runs) {
+    if (!r.ok) continue;
+    ++ok;
+    ttft.push_back(r.ttft_ms);
+    e2e.push_back(r.total_ms);
+    tokens += r.tokens;
+    if (r.ttft_ms <= slo_ms) ++good;
+    reused += r.timings.value("cache_n", 0);
+    recomputed += r.timings.value("prompt_n", 0);
+  }
+  return {{"requests", runs.size()},           {"ok_requests", ok},
+          {"ttft_p50_ms", Percentile(ttft, 0.5)}, {"ttft_p95_ms", Percentile(ttft, 0.95)},
+          {"e2e_p50_ms", Percentile(e2e, 0.5)},   {"e2e_p95_ms", Percentile(e2e, 0.95)},
+          {"prompt_tokens_reused", reused},       {"prompt_tokens_recomputed", recomputed},
+          {"wall_s", wall_s},                     {"throughput_rps", wall_s > 0 ? ok / wall_s : 0.0},
+          {"generated_tokens_per_s", wall_s > 0 ? tokens / wall_s : 0.0},
+          {"goodput_rps", wall_s > 0 ? good / wall_s : 0.0},
+          {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
+}
+
+std::string Markdown(const json& doc) {
+  std::string md = StrCat("# skippy-server vs llama-server\n\n",
+                          doc.value("synthetic_weights", true) ? "Synthetic-weight models (skippy-zoo); speed only, not quality.\n\n" : "",
+                          "TTFT and end-to-end latency are measured at the client (same C++ client, streamed /completion). "
+                          "Medians over repeats of each run's p50.\n\n"
+                          "| Family | Workload | Server | TTFT p50 ms | TTFT p95 ms | e2e p50 ms | reused / recomputed prompt tokens | "
+                          "goodput rps | peak RSS MiB | outputs agree with llama-matched |\n"
+                          "|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+  for (const json& r : doc["summary"]) {
+    md += StrCat("| ", r.value("family", ""), " | ", r.value("workload", ""), " | ", r.value("server", ""), " | ",
+                 fmt::format("{:.1f}", r.value("ttft_p50_ms", 0.0)), " | ", fmt::format("{:.1f}", r.value("ttft_p95_ms", 0.0)),
+                 " | ", fmt::format("{:.1f}", r.value("e2e_p50_ms", 0.0)), " | ", r.value("prompt_tokens_reused", int64_t{0}),
+                 " / ", r.value("prompt_tokens_recomputed", int64_t{0}), " | ", fmt::format("{:.2f}", r.value("goodput_rps", 0.0)),
+                 " | ", fmt::format("{:.0f}", r.value("peak_rss_bytes", uint64_t{0}) / 1048576.0), " | ",
+                 r.contains("agreement") ? r["agreement"].get<std::string>() : "-", " |\n");
+  }
+  for (const auto& c : doc.value("charts", json::array())) md += StrCat("\n![", c.get<std::string>(), "](", c.get<std::string>(), ")\n");
+  if (!doc["concurrency_sweep"].empty()) {
+    md += StrCat("\n## Concurrency sweep (interleaved-prefixes; lanes = slots = clients; TTFT SLO ",
+                 doc["settings"].value("ttft_slo_ms", 0.0), " ms)\n\n"
+                 "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | throughput rps | goodput rps | SLO attainment |\n"
+                 "|---|---:|---|---:|---:|---:|---:|---:|\n");
+    for (const json& l : doc["concurrency_sweep"]) {
+      const json& s = l.value("summary", json::object());
+      md += StrCat("| ", l.value("family", ""), " | ", l.value("concurrency", 0), " | ", l.value("server", ""), " | ",
+                   fmt::format("{:.1f}", s.value("ttft_p50_ms", 0.0)), " | ", fmt::format("{:.1f}", s.value("ttft_p95_ms", 0.0)),
+                   " | ", fmt::format("{:.2f}", s.value("throughput_rps", 0.0)), " | ", fmt::format("{:.2f}", s.value("goodput_rps", 0.0)),
+                   " | ", fmt::format("{:.0f}%", 100 * s.value("slo_attainment", 0.0)), " |\n");
+    }
+  }
+  return md;
+}
+
+}  // namespace
+
+StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
+  if (o.output_dir.empty()) return absl::InvalidArgumentError("--output-dir is required");
+  if (o.repeats < 1 || o.lanes < 1) return absl::InvalidArgumentError("--repeats and --lanes must be at least 1");
+  std::vector<std::string> names = o.workloads.empty() ? WorkloadNames() : o.workloads;
+  std::vector<Workload> workloads;
+  for (const std::string& n : names) {
+    SKIPPY_ASSIGN_OR_RETURN(Workload w, MakeWorkload(n, o.workload));
+    workloads.push_back(std::move(w));
+  }
+  for (const std::string& s : o.servers) SKIPPY_RETURN_IF_ERROR(ServerOptions(o, s, "", "").status());
+  for (const std::string& key : o.cases) SKIPPY_RETURN_IF_ERROR(zoo::FindFamily(key).status());
+  const fs::path out(o.output_dir);
+  std::error_code ec;
+  fs::create_directories(out / "work", ec);
+  if (ec) return absl::InvalidArgumentError(StrCat("cannot create ", o.output_dir));
+
+  json doc = {{"version", 1}, {"machine", MachineInfo()}, {"synthetic_weights", o.model_dir.empty()},
+              {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
+                            {"flash_attn", o.flash_attn}, {"repeats", o.repeats}, {"ttft_slo_ms", o.ttft_slo_ms},
+                            {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}}},
+              {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
+  auto flush = [&] {
+    std::ofstream(out / "serve-compare.json") << doc.dump(2) << "\n";
+    std::ofstream(out / "serve-compare.md") << Markdown(doc);
+  };
+  for (const std::string& key : o.cases) {
+    const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
+    if (!o.concurrency_sweep.empty()) {
+      SKIPPY_ASSIGN_OR_RETURN(Workload sweep_w, MakeWorkload("interleaved-prefixes", o.workload));
+      for (int c : o.concurrency_sweep) {
+        if (c < 1 || c > 16) return absl::InvalidArgumentError(StrCat("concurrency level ", c, " outside [1, 16]"));
+        for (const std::string& server : o.servers) {
+          std::fprintf(stderr, "[serve-compare] %s concurrency %d: %s\n", key.c_str(), c, server.c_str());
+          ServeCompareOptions oc = o;
+          oc.lanes = c;
+          SKIPPY_ASSIGN_OR_RETURN(ModelServerOptions so,
+                                  ServerOptions(oc, server, model, out / "work" / StrCat(key, "-sweep", c, "-", server, ".log")));
+          json level = {{"family", key}, {"server", server}, {"concurrency", c}, {"workload", sweep_w.name}};
+          auto srv = ModelServer::Start(so);
+          if (!srv.ok()) {
+            level["status"] = "error";
+            level["error"] = std::string(srv.status().message());
+            doc["concurrency_sweep"].push_back(level);
+            flush();
+            continue;
+          }
+          std::vector<StreamRun> results(sweep_w.requests.size());
+          std::atomic<size_t> next{0};
+          const auto t0 = SteadyClock::now();
+          std::vector<std::thread> clients;
+          for (int t = 0; t < c; ++t) {
+            clients.emplace_back([&] {
+              for (size_t i; (i = next.fetch_add(1)) < sweep_w.requests.size();) {
+                results[i] = srv->StreamComplete(sweep_w.requests[i].prompt, sweep_w.requests[i].n_predict);
+              }
+            });
+          }
+          for (auto& th : clients) th.join();
+          level["summary"] = Summarize(results, MsSince(t0) / 1000.0, o.ttft_slo_ms);
+          level["summary"]["peak_rss_bytes"] = srv->PeakRssBytes();
+          level["status"] = "ok";
+          srv->Stop();
+          doc["concurrency_sweep"].push_back(level);
+          flush();
+        }
+      }
+    }
+    for (const Workload& w : workloads) {
+      // server -> list of run summaries; and the generated texts of each server's first run.
+      std::map<std::string, std::vector<json>> per_server;
+      std::map<std::string, std::vector<std::string>> texts;
+      for (int rep = 0; rep < o.repeats; ++rep) {
+        for (size_t si = 0; si < o.servers.size(); ++si) {
+          // Rotate the order every repeat: A B C, B C A, ... so no server always runs first.
+          const std::string& server = o.servers[(si + static_cast<size_t>(rep)) % o.servers.size()];
+          std::fprintf(stderr, "[serve-compare] %s %s repeat %d/%d: %s (%zu requests)\n", key.c_str(), w.name.c_str(), rep + 1,
+                       o.repeats, server.c_str(), w.requests.size());
+          SKIPPY_ASSIGN_OR_RETURN(ModelServerOptions so,
+                                  ServerOptions(o, server, model, out / "work" / StrCat(key, "-", w.name, "-", server, ".log")));
+          json run = {{"family", key}, {"workload", w.name}, {"server", server}, {"repeat", rep}};
+          auto srv = ModelServer::Start(so);
+          if (!srv.ok()) {
+            run["status"] = "error";
+            run["error"] = std::string(srv.status().message());
+            doc["runs"].push_back(run);
+            flush();
+            continue;
+          }
+          std::vector<StreamRun> results;
+          json reqs = json::array();
+          const auto t0 = SteadyClock::now();
+          for (const WorkloadRequest& req : w.requests) {
+            StreamRun r = srv->StreamComplete(req.prompt, req.n_predict);
+            reqs.push_back({{"stream", req.stream}, {"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"e2e_ms", r.total_ms},
+                            {"tokens", r.tokens}, {"cache_n", r.timings.value("cache_n", -1)},
+                            {"prompt_n", r.timings.value("prompt_n", -1)}, {"content", r.content}, {"error", r.error}});
+            results.push_back(std::move(r));
+          }
+          const double wall_s = MsSince(t0) / 1000.0;
+          run["summary"] = Summarize(results, wall_s, o.ttft_slo_ms);
+          run["summary"]["peak_rss_bytes"] = srv->PeakRssBytes();
+          run["requests"] = reqs;
+          run["status"] = "ok";
+          srv->Stop();
+          per_server[server].push_back(run["summary"]);
+          if (!texts.count(server)) {
+            for (const StreamRun& r : results) texts[server].push_back(r.content);
+          }
+          doc["runs"].push_back(run);
+          flush();
+        }
+      }
+      for (const std::string& server : o.servers) {
+        const auto& runs = per_server[server];
+        if (runs.empty()) continue;
+        auto med = [&](const char* k) {
+          std::vector<double> v;
+          for (const json& r : runs) v.push_back(r.value(k, 0.0));
+          return Median(v);
+        };
+        json s = {{"family", key}, {"workload", w.name}, {"server", server}, {"runs", runs.size()},
+                  {"ttft_p50_ms", med("ttft_p50_ms")}, {"ttft_p95_ms", med("ttft_p95_ms")},
+                  {"e2e_p50_ms", med("e2e_p50_ms")}, {"e2e_p95_ms", med("e2e_p95_ms")},
+                  {"goodput_rps", med("goodput_rps")}, {"throughput_rps", med("throughput_rps")},
+                  {"prompt_tokens_reused", runs[0].value("prompt_tokens_reused", int64_t{0})},
+                  {"prompt_tokens_recomputed", runs[0].value("prompt_tokens_recomputed", int64_t{0})},
+                  {"peak_rss_bytes", runs[0].value("peak_rss_bytes", uint64_t{0})}};
+        if (texts.count("llama-matched") && server != "llama-matched" && texts.count(server)) {
+          const auto& a = texts[server];
+          const auto& b = texts["llama-matched"];
+          size_t same = 0;
+          for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) same += a[i] == b[i];
+          s["agreement"] = StrCat(same, "/", std::min(a.size(), b.size()));
+        }
+        doc["summary"].push_back(s);
+      }
+      flush();
+    }
+    // Charts: TTFT p50 by workload per server, and goodput by clients per server.
+    BarChart ttft{StrCat(key, ": TTFT p50 by workload (ms, lower is better)"), "TTFT p50 ms", {}, {}, false, 0};
+    for (const std::string& server : o.servers) ttft.series.push_back({server, {}});
+    for (const Workload& w : workloads) {
+      ttft.categories.push_back(w.name);
+      for (ChartSeries& series : ttft.series) {
+        double v = NAN;
+        for (const json& r : doc["summary"]) {
+          if (r["family"] == key && r["workload"] == w.name && r["server"] == series.name) v = r.value("ttft_p50_ms", NAN);
+        }
+        series.values.push_back(v);
+      }
+    }
+    if (auto c = DrawBarChart(out.string(), StrCat("ttft-", key), ttft); c.ok()) doc["charts"].push_back(*c);
+    if (!o.concurrency_sweep.empty()) {
+      BarChart good{StrCat(key, ": goodput by concurrent clients (requests/s meeting the TTFT SLO)"), "goodput rps", {}, {}, false, 0};
+      for (const std::string& server : o.servers) good.series.push_back({server, {}});
+      for (int c : o.concurrency_sweep) {
+        good.categories.push_back(StrCat(c, " client", c > 1 ? "s" : ""));
+        for (ChartSeries& series : good.series) {
+          double v = NAN;
+          for (const json& l : doc["concurrency_sweep"]) {
+            if (l["family"] == key && l["concurrency"] == c && l["server"] == series.name && l.contains("summary")) {
+              v = l["summary"].value("goodput_rps", NAN);
+            }
+          }
+          series.values.push_back(v);
+        }
+      }
+      if (auto c = DrawBarChart(out.string(), StrCat("goodput-", key), good); c.ok()) doc["charts"].push_back(*c);
+    }
+    flush();
+  }
+  return doc;
+}
+
+}  // namespace skippy::bench

@@ -1,0 +1,54 @@
+// Serving workloads for skippy-bench serve-compare: deterministic request sequences (seeded, the
+// same bytes on every machine) that exercise how prefixes compete for a server's cache.
+//
+//   exact-repeat          one prompt repeated
+//   shared-prefix         one long system prompt, many different short questions
+//   interleaved-prefixes  K long documents visited round robin (K larger than lanes/slots)
+//   multi-turn            several conversations growing turn by turn, interleaved
+//   agent-loop            a tool-call transcript that grows by one tool result per step
+//   divergent-suffix      a long stored prefix, then requests that share only part of it
+//
+// Every request's prompt is fixed in advance (assistant turns are scripted, not generated), so both
+// servers see the same prompts and their greedy outputs can be compared request by request.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "skippy/common/status.h"
+
+namespace skippy::bench {
+
+struct WorkloadRequest {
+  std::string stream;  // conversation / document id, for reports
+  std::string prompt;
+  int n_predict = 8;
+};
+
+struct Workload {
+  std::string name;
+  std::string description;
+  std::vector<WorkloadRequest> requests;
+};
+
+struct WorkloadOptions {
+  uint64_t seed = 1;
+  int long_prefix_words = 900;  // ~1.2k tokens with BPE vocabularies
+  int short_words = 20;
+  int requests = 12;            // for repeat / shared-prefix
+  int documents = 8;            // interleaved-prefixes K
+  int rounds = 3;               // interleaved-prefixes visits per document
+  int conversations = 4;        // multi-turn
+  int turns = 4;
+  int agent_steps = 8;
+  int n_predict = 8;
+};
+
+// The six workload names, in report order.
+const std::vector<std::string>& WorkloadNames();
+
+// NotFound (listing the names) for an unknown workload; InvalidArgument for non-positive sizes.
+StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& options);
+
+}  // namespace skippy::bench
