@@ -1,11 +1,13 @@
 #include "skippy/runtime/model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include "skippy/common/strings.h"
+#include "ggml-cpu.h"
 #include "ggml.h"
 #include "gguf.h"
 #include "llama.h"
@@ -166,15 +168,26 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Model& model, const Con
   if (ctx == nullptr) {
     return absl::InvalidArgumentError(StrCat("llama.cpp cannot create a context: ", TakeLlamaLogTail()));
   }
+  ggml_threadpool_params tpp = ggml_threadpool_params_default(options.n_threads);
+  tpp.poll = static_cast<uint32_t>(std::clamp(options.poll, 0, 100));
+  ggml_threadpool* threadpool = ggml_threadpool_new(&tpp);
+  if (threadpool == nullptr) {
+    llama_free(ctx);
+    return absl::InternalError(StrCat("cannot create a CPU threadpool of ", options.n_threads, " threads"));
+  }
+  llama_attach_threadpool(ctx, threadpool, threadpool);
   // llama.cpp may adjust sizes (n_batch is clamped to n_ctx, n_ctx is padded): record what it uses.
   ContextOptions effective = options;
   effective.n_ctx = llama_n_ctx(ctx);
   effective.n_batch = llama_n_batch(ctx);
   effective.n_ubatch = llama_n_ubatch(ctx);
-  return std::unique_ptr<Context>(new Context(model, effective, ctx));
+  return std::unique_ptr<Context>(new Context(model, effective, ctx, threadpool));
 }
 
-Context::~Context() { llama_free(ctx_); }
+Context::~Context() {
+  llama_free(ctx_);
+  ggml_threadpool_free(threadpool_);
+}
 
 void Context::ClearSequence(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
 

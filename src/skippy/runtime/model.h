@@ -21,6 +21,7 @@
 
 struct llama_model;
 struct llama_context;
+struct ggml_threadpool;
 
 namespace skippy::runtime {
 
@@ -92,6 +93,9 @@ struct ContextOptions {
   std::string type_v = "f16";
   bool kv_unified = true;
   bool swa_full = false;
+  // Persistent CPU threadpool with hybrid polling (llama-server's default, --poll 50): without it
+  // every decode starts and joins its worker threads, which costs about a millisecond per token.
+  int poll = 50;
 };
 
 class Context {
@@ -114,11 +118,12 @@ class Context {
   llama_context* raw() const { return ctx_; }
 
  private:
-  Context(const Model& model, ContextOptions options, llama_context* ctx)
-      : model_(model), options_(options), ctx_(ctx) {}
+  Context(const Model& model, ContextOptions options, llama_context* ctx, ggml_threadpool* threadpool)
+      : model_(model), options_(options), ctx_(ctx), threadpool_(threadpool) {}
   const Model& model_;
   ContextOptions options_;
   llama_context* ctx_;
+  ggml_threadpool* threadpool_;  // persistent worker threads, as llama-server attaches them
 };
 
 }  // namespace skippy::runtime
