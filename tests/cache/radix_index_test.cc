@@ -69,6 +69,26 @@ TEST(RadixIndex, RecurrentOnlyAtExactBoundary) {
   EXPECT_EQ(r.match->entry.desc.kind, PayloadKind::kKvRecurrent);
 }
 
+TEST(RadixIndex, SlidingWindowResidentEntryServesOnlyExactBoundaries) {
+  RadixIndex idx;
+  auto s = MakeScope();
+  EntryDesc swa = Rk();
+  swa.exact_only = true;
+  ASSERT_TRUE(idx.Insert(s, Range(0, 64), swa).ok());
+  ASSERT_TRUE(idx.Insert(s, Range(0, 128), swa).ok());
+  // A plain resident entry of 128 would serve 100 tokens; a sliding-window one serves the deepest
+  // exact boundary inside the request instead.
+  LookupResult r = idx.Lookup(s, Range(0, 100), false);
+  ASSERT_TRUE(r.hit());
+  EXPECT_EQ(r.match->usable_tokens, 64u);
+  EXPECT_TRUE(r.match->exact_boundary);
+  EXPECT_FALSE(idx.Lookup(s, Range(0, 63), false).hit());
+  r = idx.Lookup(s, Range(0, 200), false);
+  ASSERT_TRUE(r.hit());
+  EXPECT_EQ(r.match->usable_tokens, 128u);
+  EXPECT_TRUE(idx.CheckInvariants().ok());
+}
+
 TEST(RadixIndex, RecurrentPicksDeepestRecordedBoundary) {
   RadixIndex idx;
   auto s = MakeScope();

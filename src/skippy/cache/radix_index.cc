@@ -6,8 +6,8 @@
 // token of their edge in an ordered btree, so "the lexicographically first entry below a node" is a
 // greedy walk. Invariants (CheckInvariants): every non-root node either holds an entry or has at
 // least two children (a node with no entry and one child is merged into the child; a node with no
-// entry and no child is deleted), and `rk_in_subtree` counts the kResidentKv entries at or below the
-// node.
+// entry and no child is deleted), and `rk_in_subtree` counts the entries that serve shorter prefixes
+// (kResidentKv, not exact_only) at or below the node.
 //
 // Lookup. Walk the request tokens down the tree. When the walk enters a child whose subtree holds a
 // kResidentKv entry after matching k tokens of its edge, every such entry shares at least
@@ -154,14 +154,14 @@ class Tree {
   static void Attach(Node* n, Entry* e) {
     n->entries[static_cast<int>(e->info.desc.kind)] = e;
     e->node = n;
-    if (e->info.desc.kind == PayloadKind::kResidentKv) AddRk(n, +1);
+    if (ServesShorterPrefixes(e->info.desc)) AddRk(n, +1);
   }
 
   // Detaches `e` from its node and prunes/merges nodes.
   void Detach(Entry* e) {
     Node* n = e->node;
     n->entries[static_cast<int>(e->info.desc.kind)] = nullptr;
-    if (e->info.desc.kind == PayloadKind::kResidentKv) AddRk(n, -1);
+    if (ServesShorterPrefixes(e->info.desc)) AddRk(n, -1);
     e->node = nullptr;
     Prune(n);
   }
@@ -203,7 +203,7 @@ class Tree {
     const Node* d = rk_from;
     while (true) {
       Entry* e = d->entries[static_cast<int>(PayloadKind::kResidentKv)];
-      if (e) return {e, best_rk};
+      if (e && ServesShorterPrefixes(e->info.desc)) return {e, best_rk};
       const Node* next = nullptr;
       for (const auto& [tok, child] : d->children) {
         if (child->rk_in_subtree > 0) {
@@ -216,7 +216,8 @@ class Tree {
   }
 
   Status Check(const Node* n, size_t* nodes, size_t* edge_tokens) const {
-    uint32_t rk = n->entries[0] != nullptr ? 1 : 0;
+    const Entry* own = n->entries[static_cast<int>(PayloadKind::kResidentKv)];
+    uint32_t rk = own != nullptr && ServesShorterPrefixes(own->info.desc) ? 1 : 0;
     for (const auto& [tok, child] : n->children) {
       if (child->parent != n) return absl::InternalError("radix: bad parent pointer");
       if (child->edge.empty() || child->edge[0] != tok) return absl::InternalError("radix: bad edge key");

@@ -53,7 +53,15 @@ struct EntryDesc {
   int32_t seq_id = kNoSequence;  // resident cache sequence holding the payload, if any
   uint64_t payload_id = 0;       // payload-store id holding the payload, if any (0 = none)
   double recompute_cost = 0;     // cost to recompute the prefix (any unit, used relatively)
+  // A kResidentKv entry that serves only its exact boundary: a sliding-window (SWA) KV cache keeps
+  // only the window of its last tokens, so it cannot serve a shorter prefix. Other kinds are
+  // exact-boundary entries anyway.
+  bool exact_only = false;
 };
+
+// True when an entry can serve prefixes shorter than its own length (attention KV that is not
+// sliding-window).
+constexpr bool ServesShorterPrefixes(const EntryDesc& d) { return d.kind == PayloadKind::kResidentKv && !d.exact_only; }
 
 struct EntryInfo {
   EntryId id = 0;

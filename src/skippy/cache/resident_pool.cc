@@ -133,6 +133,7 @@ StatusOr<EntryId> ResidentPool::Commit(ReservationId id, uint64_t payload_id) {
   desc.seq_id = p.seq_id;
   desc.payload_id = payload_id;
   desc.recompute_cost = p.request.recompute_cost;
+  desc.exact_only = p.request.exact_only;
   SKIPPY_ASSIGN_OR_RETURN(EntryId entry, index_.Insert(p.scope, p.tokens, desc));
   --reserved_entries_;
   reserved_tokens_ -= p.tokens.size();

@@ -50,6 +50,7 @@ struct RecordRequest {
   uint64_t bytes = 0;            // charge (KV bytes/token * tokens, or the exported state size)
   double recompute_cost = 0;     // e.g. estimated prefill ms for the prefix
   bool needs_sequence = true;    // false when the payload lives outside the context (payload store)
+  bool exact_only = false;       // see EntryDesc::exact_only (sliding-window resident entries)
 };
 
 using ReservationId = uint64_t;

@@ -90,6 +90,12 @@ Status Scheduler::Load() {
   eo.context.n_ubatch = options_.n_batch;
   eo.context.n_threads = options_.threads;
   eo.context.flash_attn = options_.flash_attn;
+  // Sliding-window models: a full-size SWA cache. Resident entries recorded mid-prefill pin the
+  // window cells they share with the lane; the default SWA cache (window x sequences + one ubatch)
+  // runs out of cells after a few of them and llama_decode then finds no slot. With swa_full the
+  // SWA layers get as many cells as the base cache, whose budget the pool's token cap guards.
+  // No effect on models without SWA; the same setting with --no-cache, so the numbers match.
+  eo.context.swa_full = true;
   eo.lane_count = options_.lane_count;
   eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
@@ -281,7 +287,11 @@ void Scheduler::PrefillChunk(int32_t id) {
   ++lane.next_chunk;
   const auto& rb = lane.plan.record_boundaries;
   if (std::binary_search(rb.begin(), rb.end(), end)) {
-    cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
+    if (!cache_->ExactBoundaryResident()) {
+      cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
+    } else if (end < prompt.size()) {  // the whole prompt is recorded below
+      cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end));
+    }
   }
   if (lane.pos == prompt.size()) {
     lane.prefill_done = Clock::now();

@@ -25,8 +25,8 @@ struct ServerOptions {
   bool cache_enabled = true;        // --no-cache turns it off
   uint64_t cache_ram_mib = 1024;    // byte cap of cached prefixes (ResidentKv charge + KvRecurrent)
   uint32_t cache_entries = 64;      // entry cap
-  uint32_t cache_tokens = 8192;     // resident KV cells reserved for ResidentKv entries
-  uint32_t cache_seqs = 16;         // resident cache sequences (ResidentKv entries at once)
+  uint32_t cache_tokens = 16384;    // resident KV cells reserved for ResidentKv entries
+  uint32_t cache_seqs = 32;         // resident cache sequences (ResidentKv entries at once)
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
   uint32_t max_records = 4;         // KvRecurrent records per prompt
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries

@@ -1,5 +1,7 @@
 #include "skippy/server/serving_cache.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -51,7 +53,10 @@ StatusOr<std::unique_ptr<ServingCache>> ServingCache::Create(const ServerOptions
   cache::CacheOptions co;
   co.pool.max_entries = std::max<uint32_t>(1, o.cache_entries);
   co.pool.max_bytes = std::max<uint64_t>(1, o.cache_ram_mib) << 20;
-  co.pool.max_tokens = std::max<uint32_t>(1, o.cache_tokens);
+  // The token cap guards the KV cells resident entries hold in the context. KvRecurrent payloads
+  // live in the payload store and are capped by bytes and entries only.
+  co.pool.max_tokens = engine.family().payload == PayloadKind::kKvRecurrent ? std::numeric_limits<uint32_t>::max()
+                                                                           : std::max<uint32_t>(1, o.cache_tokens);
   co.pool.lane_count = static_cast<int32_t>(engine.lane_count());
   co.pool.seq_id_begin = engine.cache_seq(0);
   co.pool.seq_id_end = engine.cache_seq(0) + static_cast<int32_t>(engine.cache_seq_count());
@@ -92,7 +97,9 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
   const size_t chunk = std::max<uint32_t>(1, options_.prefill_chunk);
   for (size_t e = chunk; e < n; e += chunk) ends.push_back(e);
   ends.push_back(n);
-  if (engine_.family().enabled && engine_.family().payload == PayloadKind::kKvRecurrent) {
+  // Exact-boundary families need their records decided before prefill: recurrent state cannot be
+  // cut afterwards, and a sliding-window KV cache keeps only the window behind its last token.
+  if (engine_.family().enabled && (engine_.family().payload == PayloadKind::kKvRecurrent || ExactBoundaryResident())) {
     cache::PromptShape shape;
     shape.n_tokens = n;
     for (size_t b : message_boundaries) {
@@ -101,9 +108,12 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
       }
     }
     cache::RecordPlanOptions ro;
-    ro.kind = PayloadKind::kKvRecurrent;
+    ro.kind = PayloadKind::kKvRecurrent;  // exact-boundary planning for both (see above)
     ro.stride = options_.record_stride;
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
+    // Sliding-window records each hold a cache sequence: keep two per prompt (the whole prompt and
+    // the deepest shared boundary before it) so a few prompts do not exhaust the sequences.
+    if (ExactBoundaryResident()) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
     ro.restored_tokens = 0;  // the plan depends on the prompt alone
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
@@ -242,6 +252,7 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   rq.bytes = resident_bytes_per_token_ * prompt.size();
   rq.recompute_cost = static_cast<double>(prompt.size());
   rq.needs_sequence = true;
+  rq.exact_only = ExactBoundaryResident();
   auto res = cache_->Reserve(scope, prompt, rq);
   if (!res.ok()) {
     ++record_skips_;

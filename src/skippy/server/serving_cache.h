@@ -13,8 +13,9 @@
 //      the prompt alone (multiples of prefill_chunk, record-plan boundaries computed as if nothing
 //      were restored, the prompt end), never on what the cache holds, so a cache-on run and a
 //      --no-cache run prefill the same batches after any boundary.
-//   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill;
-//      RecordResident(lane, scope, prompt) and PutDecoded(...) after prefill.
+//   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
+//      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
+//      exact lengths); RecordResident(lane, scope, prompt) and PutDecoded(...) after prefill.
 // Recording is best effort: a full cache, an existing entry or a refused reservation skips the
 // record (the request is still served). Every entry the cache core returns as evicted or freed
 // has its cache sequence cleared / payload released before its sequence id is reused.
@@ -76,6 +77,11 @@ class ServingCache {
   size_t Clear(const std::optional<std::string>& tenant_namespace);
 
   bool enabled() const { return enabled_; }
+  // ResidentKv entries of a sliding-window model serve only their exact length, so they are
+  // recorded at the planned boundaries during prefill (like KvRecurrent), not only at the end.
+  bool ExactBoundaryResident() const {
+    return engine_.family().payload == cache::PayloadKind::kResidentKv && engine_.model().n_swa() > 0;
+  }
   nlohmann::json StatsJson() const;
   void FillGauges(Gauges& g) const;
 
