@@ -41,16 +41,8 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
     const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
     for (int c : o.concurrency_sweep) {
       std::fprintf(stderr, "[bench] concurrency sweep %s: %d client(s)\n", key.c_str(), c);
-      ModelServerOptions lo;
-      lo.binary = o.llama_server_bin;
-      lo.model_path = model;
-      lo.ctx_size = o.ctx_size;  // per slot; ModelServer multiplies for llama-server
-      lo.threads = o.threads;
-      lo.parallel = c;
-      lo.batch_size = o.batch_size;
-      lo.flash_attn = o.flash_attn;
-      lo.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
-      lo.request_timeout = std::chrono::seconds(o.request_timeout_secs);
+      // ctx_size is per slot; ModelServer multiplies it for llama-server.
+      ModelServerOptions lo = MatchedServerOptions(o, ServerKind::kLlamaServer, o.llama_server_bin, model, c, "");
       json level = {{"family", key}, {"concurrency", c}};
       auto server = ModelServer::Start(lo);
       if (!server.ok()) {

@@ -60,6 +60,27 @@ struct StreamRun {
   std::string error;
 };
 
+// Options for a server under comparison with the settings every comparison matches across servers
+// (per-request context, threads, batch, flash attention, timeouts) taken from a benchmark's options
+// (ProductionOptions, ServeCompareOptions: any type with those fields).
+template <typename BenchOptions>
+ModelServerOptions MatchedServerOptions(const BenchOptions& o, ServerKind kind, std::string binary, std::string model,
+                                        int parallel, std::string log_path) {
+  ModelServerOptions so;
+  so.kind = kind;
+  so.binary = std::move(binary);
+  so.model_path = std::move(model);
+  so.ctx_size = o.ctx_size;
+  so.threads = o.threads;
+  so.parallel = parallel;
+  so.batch_size = o.batch_size;
+  so.flash_attn = o.flash_attn;
+  so.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
+  so.request_timeout = std::chrono::seconds(o.request_timeout_secs);
+  so.log_path = std::move(log_path);
+  return so;
+}
+
 class ModelServer {
  public:
   [[nodiscard]] static StatusOr<ModelServer> Start(const ModelServerOptions& options);

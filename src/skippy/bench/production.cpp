@@ -281,17 +281,8 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
       continue;
     }
     std::fprintf(stderr, "[bench] %s: llama-server baseline for %zu prompt(s)\n", key.c_str(), pending.size());
-    ModelServerOptions lo;
-    lo.binary = o.llama_server_bin;
-    lo.model_path = model;
-    lo.ctx_size = o.ctx_size;
-    lo.threads = o.threads;
-    lo.parallel = o.llama_parallel;
-    lo.batch_size = o.batch_size;
-    lo.flash_attn = o.flash_attn;
-    lo.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
-    lo.request_timeout = std::chrono::seconds(o.request_timeout_secs);
-    lo.log_path = (work / StrCat(key, ".llama-server.log")).string();
+    ModelServerOptions lo = MatchedServerOptions(o, ServerKind::kLlamaServer, o.llama_server_bin, model, o.llama_parallel,
+                                                 (work / StrCat(key, ".llama-server.log")).string());
     fs::remove(lo.log_path);
     auto server = ModelServer::Start(lo);
     if (!server.ok()) {

@@ -25,25 +25,13 @@ namespace {
 
 StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const std::string& server, const std::string& model,
                                            const fs::path& log) {
-  ModelServerOptions so;
-  so.model_path = model;
-  so.ctx_size = o.ctx_size;
-  so.threads = o.threads;
-  so.parallel = o.lanes;
-  so.batch_size = o.batch_size;
-  so.flash_attn = o.flash_attn;
-  so.startup_timeout = std::chrono::seconds(o.server_startup_timeout_secs);
-  so.request_timeout = std::chrono::seconds(o.request_timeout_secs);
-  so.log_path = log.string();
   if (server == "skippy") {
-    so.kind = ServerKind::kSkippyServer;
-    so.binary = o.skippy_server_bin;
-  } else if (server == "llama-default") {
-    so.binary = o.llama_server_bin;
-  } else if (server == "llama-matched") {
-    so.binary = o.llama_server_bin;
+    return MatchedServerOptions(o, ServerKind::kSkippyServer, o.skippy_server_bin, model, o.lanes, log.string());
+  }
+  ModelServerOptions so = MatchedServerOptions(o, ServerKind::kLlamaServer, o.llama_server_bin, model, o.lanes, log.string());
+  if (server == "llama-matched") {
     so.extra_args = {"--cache-ram", "0"};
-  } else {
+  } else if (server != "llama-default") {
     return absl::InvalidArgumentError(StrCat("unknown server '", server, "' (skippy, llama-default, llama-matched)"));
   }
   return so;
