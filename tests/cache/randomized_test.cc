@@ -106,7 +106,7 @@ class RefPool {
   }
 
   StatusOr<Reservation> Reserve(int scope, const std::vector<Token>& t, const RecordRequest& req) {
-    if (t.empty() || req.bytes > o_.max_bytes || t.size() > o_.max_tokens) {
+    if (t.empty() || req.bytes > o_.max_bytes || (req.needs_sequence && t.size() > o_.max_tokens)) {
       return absl::InvalidArgumentError("");
     }
     for (const auto& [id, e] : entries_) {
@@ -117,15 +117,19 @@ class RefPool {
     for (const auto& [id, p] : pending_) {
       if (p.scope == scope && p.tokens == t && p.req.kind == req.kind) return absl::FailedPreconditionError("");
     }
-    size_t n = 1, tok = t.size(), seqs = free_.size();
+    // The token cap counts only entries that hold a cache sequence.
+    size_t n = 1, tok = req.needs_sequence ? t.size() : 0, seqs = free_.size();
     uint64_t bytes = req.bytes;
     for (const auto& [id, e] : entries_) {
-      n += 1, tok += e.tokens.size(), bytes += e.req.bytes;
+      n += 1, bytes += e.req.bytes;
+      if (e.seq != kNoSequence) tok += e.tokens.size();
     }
-    for (const auto& [id, p] : pending_) n += 1, tok += p.tokens.size(), bytes += p.req.bytes;
-    auto fits = [&] {
-      return n <= o_.max_entries && tok <= o_.max_tokens && bytes <= o_.max_bytes && (!req.needs_sequence || seqs > 0);
-    };
+    for (const auto& [id, p] : pending_) {
+      n += 1, bytes += p.req.bytes;
+      if (p.seq != kNoSequence) tok += p.tokens.size();
+    }
+    auto shared_fit = [&] { return n <= o_.max_entries && bytes <= o_.max_bytes; };
+    auto fits = [&] { return shared_fit() && tok <= o_.max_tokens && (!req.needs_sequence || seqs > 0); };
     std::vector<const RefEntry*> order;
     for (const auto& [id, e] : entries_) {
       if (e.live && e.refs == 0) order.push_back(&e);
@@ -134,9 +138,10 @@ class RefPool {
     std::vector<EntryId> victims;
     for (const RefEntry* e : order) {
       if (fits()) break;
+      if (e->seq == kNoSequence && shared_fit()) continue;  // evicting it would not help
       victims.push_back(e->id);
-      n -= 1, tok -= e->tokens.size(), bytes -= e->req.bytes;
-      if (e->seq != kNoSequence) ++seqs;
+      n -= 1, bytes -= e->req.bytes;
+      if (e->seq != kNoSequence) tok -= e->tokens.size(), ++seqs;
     }
     if (!fits()) return absl::ResourceExhaustedError("");
     Reservation r;
@@ -393,12 +398,17 @@ void RunPoolSeed(uint32_t seed, int ops) {
     PoolStats st = pool->Stats();
     size_t live = 0, zombies = 0, tokens = 0;
     uint64_t bytes = 0;
+    size_t resident_tokens = 0;
     for (const auto& [id, e] : ref.entries()) {
       (e.live ? live : zombies) += 1;
       tokens += e.tokens.size();
       bytes += e.req.bytes;
+      if (e.seq != kNoSequence) resident_tokens += e.tokens.size();
     }
-    for (const auto& [id, p] : ref.pending()) tokens += p.tokens.size(), bytes += p.req.bytes;
+    for (const auto& [id, p] : ref.pending()) {
+      tokens += p.tokens.size(), bytes += p.req.bytes;
+      if (p.seq != kNoSequence) resident_tokens += p.tokens.size();
+    }
     ASSERT_EQ(st.index.entries, live) << "op " << op;
     ASSERT_EQ(st.index.zombie_entries, zombies) << "op " << op;
     ASSERT_EQ(st.used_entries, live + zombies + ref.pending().size());
@@ -406,7 +416,8 @@ void RunPoolSeed(uint32_t seed, int ops) {
     ASSERT_EQ(st.used_bytes, bytes);
     ASSERT_EQ(st.index.evictions, ref.evictions());
     ASSERT_LE(st.used_entries, o.max_entries);
-    ASSERT_LE(st.used_tokens, o.max_tokens);
+    ASSERT_EQ(st.resident_tokens, resident_tokens);
+    ASSERT_LE(st.resident_tokens, o.max_tokens);
     ASSERT_LE(st.used_bytes, o.max_bytes);
     if (op % 16 == 0) {
       ASSERT_TRUE(pool->CheckInvariants().ok()) << pool->CheckInvariants() << " op " << op;

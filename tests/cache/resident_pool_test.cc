@@ -214,5 +214,29 @@ TEST(ResidentPool, PayloadEntriesNeedNoSequence) {
   EXPECT_EQ(pool->Stats().free_sequences, 1u);
 }
 
+TEST(ResidentPool, TokenCapBindsOnlyEntriesHoldingASequence) {
+  // 100 resident tokens at most; an entry whose payload lives in the payload store holds none.
+  auto pool = Make(SmallPool(/*entries=*/8, /*bytes=*/1000, /*tokens=*/100));
+  auto s = MakeScope();
+  RecordRequest stored = Req();
+  stored.needs_sequence = false;
+  const EntryId big_stored = Record(*pool, s, Range(800, 890), stored);  // 90 tokens, no sequence
+  const EntryId resident = Record(*pool, s, Range(0, 60));
+  EXPECT_EQ(pool->Stats().resident_tokens, 60u);
+  // A second 60-token resident entry exceeds the token cap: the resident one goes, not the older
+  // stored one (evicting it would not free a single resident token).
+  auto r = pool->Reserve(s, Range(100, 160), Req());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->evictions.size(), 1u);
+  EXPECT_EQ(r->evictions[0].id, resident);
+  ASSERT_TRUE(pool->Commit(r->id).ok());
+  EXPECT_TRUE(pool->Lookup(s, Range(800, 890), false).hit());
+  EXPECT_EQ(pool->Lookup(s, Range(800, 890), false).match->entry.id, big_stored);
+  // An entry without a sequence may be longer than the token cap.
+  EXPECT_TRUE(pool->Reserve(s, Range(200, 400), stored).ok());
+  EXPECT_EQ(pool->Reserve(s, Range(400, 600), Req()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(pool->CheckInvariants().ok()) << pool->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace skippy::cache

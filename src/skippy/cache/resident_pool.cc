@@ -37,6 +37,7 @@ void ResidentPool::FreeResources(const EntryInfo& info) {
   --held_entries_;
   held_tokens_ -= info.tokens;
   held_bytes_ -= info.desc.bytes;
+  if (info.desc.seq_id != kNoSequence) held_resident_tokens_ -= info.tokens;
   if (SequenceOwned(info.desc.seq_id)) free_seqs_.insert(info.desc.seq_id);
 }
 
@@ -49,7 +50,7 @@ StatusOr<Reservation> ResidentPool::Reserve(const PrefixScope& scope, std::span<
                                       " bytes is larger than the whole pool cap of " +
                                       std::to_string(options_.max_bytes) + " bytes");
   }
-  if (tokens.size() > options_.max_tokens) {
+  if (request.needs_sequence && tokens.size() > options_.max_tokens) {
     return absl::InvalidArgumentError("entry of " + std::to_string(tokens.size()) +
                                       " tokens is larger than the whole pool cap of " +
                                       std::to_string(options_.max_tokens) + " tokens");
@@ -69,23 +70,24 @@ StatusOr<Reservation> ResidentPool::Reserve(const PrefixScope& scope, std::span<
     }
   }
 
-  // Plan evictions without changing anything.
+  // Plan evictions without changing anything. The token cap and the sequences bind only entries
+  // that hold a cache sequence; an entry without one is evicted only for the entry or byte cap.
+  const bool need_seq = request.needs_sequence;
   size_t entries = held_entries_ + reserved_entries_ + 1;
-  size_t ntok = held_tokens_ + reserved_tokens_ + tokens.size();
+  size_t ntok = held_resident_tokens_ + reserved_resident_tokens_ + (need_seq ? tokens.size() : 0);
   uint64_t bytes = held_bytes_ + reserved_bytes_ + request.bytes;
   size_t seqs = free_seqs_.size();
-  const bool need_seq = request.needs_sequence;
-  auto fits = [&] {
-    return entries <= options_.max_entries && ntok <= options_.max_tokens &&
-           bytes <= options_.max_bytes && (!need_seq || seqs > 0);
-  };
+  auto shared_caps_fit = [&] { return entries <= options_.max_entries && bytes <= options_.max_bytes; };
+  auto fits = [&] { return shared_caps_fit() && ntok <= options_.max_tokens && (!need_seq || seqs > 0); };
   std::vector<EntryId> victims;
   if (!fits()) {
     index_.ForEachEvictable([&](const EntryInfo& e) {
+      const bool holds_seq = e.desc.seq_id != kNoSequence;
+      if (!holds_seq && shared_caps_fit()) return true;  // would not help: skip it
       victims.push_back(e.id);
       --entries;
-      ntok -= e.tokens;
       bytes -= e.desc.bytes;
+      if (holds_seq) ntok -= e.tokens;
       if (SequenceOwned(e.desc.seq_id)) ++seqs;
       return !fits();
     });
@@ -118,6 +120,7 @@ StatusOr<Reservation> ResidentPool::Reserve(const PrefixScope& scope, std::span<
   r.seq_id = p.seq_id;
   ++reserved_entries_;
   reserved_tokens_ += tokens.size();
+  if (need_seq) reserved_resident_tokens_ += tokens.size();
   reserved_bytes_ += request.bytes;
   pending_.emplace(r.id, std::move(p));
   return r;
@@ -141,6 +144,10 @@ StatusOr<EntryId> ResidentPool::Commit(ReservationId id, uint64_t payload_id) {
   ++held_entries_;
   held_tokens_ += p.tokens.size();
   held_bytes_ += p.request.bytes;
+  if (p.request.needs_sequence) {
+    reserved_resident_tokens_ -= p.tokens.size();
+    held_resident_tokens_ += p.tokens.size();
+  }
   pending_.erase(it);
   return entry;
 }
@@ -152,6 +159,7 @@ Status ResidentPool::Abort(ReservationId id) {
   if (p.seq_id != kNoSequence) free_seqs_.insert(p.seq_id);
   --reserved_entries_;
   reserved_tokens_ -= p.tokens.size();
+  if (p.request.needs_sequence) reserved_resident_tokens_ -= p.tokens.size();
   reserved_bytes_ -= p.request.bytes;
   pending_.erase(it);
   return absl::OkStatus();
@@ -187,6 +195,7 @@ PoolStats ResidentPool::Stats() const {
   s.reserved_bytes = reserved_bytes_;
   s.used_entries = held_entries_ + reserved_entries_;
   s.used_tokens = held_tokens_ + reserved_tokens_;
+  s.resident_tokens = held_resident_tokens_ + reserved_resident_tokens_;
   s.used_bytes = held_bytes_ + reserved_bytes_;
   s.free_sequences = free_seqs_.size();
   s.reserve_failures = reserve_failures_;
@@ -201,7 +210,7 @@ Status ResidentPool::CheckInvariants() const {
     return absl::InternalError("pool: held accounting differs from the index");
   }
   if (held_entries_ + reserved_entries_ > options_.max_entries ||
-      held_tokens_ + reserved_tokens_ > options_.max_tokens ||
+      held_resident_tokens_ + reserved_resident_tokens_ > options_.max_tokens ||
       held_bytes_ + reserved_bytes_ > options_.max_bytes) {
     return absl::InternalError("pool: a cap is exceeded");
   }

@@ -1,6 +1,7 @@
 // ResidentPool: the bounded set of cached prefixes kept for reuse, and the sequence ids they live in.
 //
-// The pool owns a RadixIndex and enforces three caps -- entries, bytes and tokens -- counting live
+// The pool owns a RadixIndex and enforces three caps -- entries, bytes and resident tokens (tokens of
+// entries that hold a cache sequence, i.e. KV cells kept in the live context) -- counting live
 // entries, erased-but-pinned entries (their payload is still held) and open reservations. It hands
 // out cache sequence ids from a configured range [seq_id_begin, seq_id_end) that must not overlap
 // the lane range [0, lane_count): lanes decode requests, cache sequences hold prefixes that lanes
@@ -34,6 +35,8 @@ namespace skippy::cache {
 struct ResidentPoolOptions {
   size_t max_entries = 64;
   uint64_t max_bytes = uint64_t{8} << 30;
+  // Caps the tokens of entries that hold a cache sequence (KV cells kept in the live context);
+  // entries whose payload lives elsewhere (payload store) count against entries and bytes only.
   size_t max_tokens = size_t{1} << 20;
   int32_t lane_count = 1;    // lanes own sequence ids [0, lane_count)
   int32_t seq_id_begin = 1;  // cache sequences [seq_id_begin, seq_id_end); must not overlap lanes
@@ -68,6 +71,7 @@ struct PoolStats {
   uint64_t reserved_bytes = 0;
   size_t used_entries = 0;   // live + zombie + reserved: what the caps are checked against
   size_t used_tokens = 0;
+  size_t resident_tokens = 0;  // tokens of entries holding a cache sequence: what max_tokens caps
   uint64_t used_bytes = 0;
   size_t free_sequences = 0;
   uint64_t reserve_failures = 0;
@@ -130,7 +134,9 @@ class ResidentPool {
   size_t held_entries_ = 0;  // live + zombie entries
   size_t held_tokens_ = 0;
   uint64_t held_bytes_ = 0;
+  size_t held_resident_tokens_ = 0;  // of held entries with a cache sequence
   size_t reserved_entries_ = 0;
+  size_t reserved_resident_tokens_ = 0;
   size_t reserved_tokens_ = 0;
   uint64_t reserved_bytes_ = 0;
   uint64_t reserve_failures_ = 0;
