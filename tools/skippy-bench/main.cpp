@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--agent-steps", sc.workload.agent_steps, "agent-loop steps")->capture_default_str();
   cmp->add_option("--n-predict", sc.workload.n_predict, "generated tokens per request")->capture_default_str();
   cmp->add_option("--skippy-server-bin", sc.skippy_server_bin, "skippy-server binary")->capture_default_str();
+  cmp->add_option("--skippy-arg", sc.skippy_args, "extra skippy-server flag (repeatable), e.g. --skippy-arg=--cache-tokens=2048")
+      ->allow_extra_args(false);
   cmp->add_option("--llama-server-bin", sc.llama_server_bin, "llama-server binary")->capture_default_str();
   cmp->add_option("--model-dir", sc.model_dir, "real GGUFs named <family-key>.gguf");
   cmp->add_option("--zoo-preset", sc_preset, "zoo preset")->capture_default_str();

@@ -26,7 +26,9 @@ namespace {
 StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const std::string& server, const std::string& model,
                                            const fs::path& log) {
   if (server == "skippy") {
-    return MatchedServerOptions(o, ServerKind::kSkippyServer, o.skippy_server_bin, model, o.lanes, log.string());
+    ModelServerOptions so = MatchedServerOptions(o, ServerKind::kSkippyServer, o.skippy_server_bin, model, o.lanes, log.string());
+    so.extra_args = o.skippy_args;
+    return so;
   }
   ModelServerOptions so = MatchedServerOptions(o, ServerKind::kLlamaServer, o.llama_server_bin, model, o.lanes, log.string());
   if (server == "llama-matched") {
@@ -115,7 +117,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
   json doc = {{"version", 1}, {"machine", MachineInfo()}, {"synthetic_weights", o.model_dir.empty()},
               {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
                             {"flash_attn", o.flash_attn}, {"repeats", o.repeats}, {"ttft_slo_ms", o.ttft_slo_ms},
-                            {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}}},
+                            {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args}}},
               {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
   auto flush = [&] {
     std::ofstream(out / "serve-compare.json") << doc.dump(2) << "\n";

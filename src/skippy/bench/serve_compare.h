@@ -33,6 +33,7 @@ struct ServeCompareOptions {
   int repeats = 2;
   double ttft_slo_ms = 1000;
   std::string skippy_server_bin;
+  std::vector<std::string> skippy_args;  // extra skippy-server flags (recorded in the JSON)
   std::string llama_server_bin;
   std::string model_dir;
   std::string zoo_dir;

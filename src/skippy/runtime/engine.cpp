@@ -121,6 +121,35 @@ Status Engine::RestoreResident(const ResidentRecord& record, int32_t lane, int32
   return absl::OkStatus();
 }
 
+StatusOr<std::vector<uint8_t>> Engine::ExportResident(int32_t seq) {
+  SKIPPY_RETURN_IF_ERROR(CheckSeq(seq));
+  SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, PayloadKind::kResidentKv));
+  if (SequenceLength(seq) == 0) {
+    return absl::FailedPreconditionError(StrCat("sequence ", seq, " is empty"));
+  }
+  const size_t size = llama_state_seq_get_size(context_->raw(), seq);
+  std::vector<uint8_t> bytes(size);
+  const size_t written = llama_state_seq_get_data(context_->raw(), bytes.data(), bytes.size(), seq);
+  if (written == 0 || written > size) {
+    return absl::InternalError(StrCat("export of sequence ", seq, " failed: ", TakeLlamaLogTail()));
+  }
+  bytes.resize(written);
+  return bytes;
+}
+
+Status Engine::ImportResident(std::span<const uint8_t> bytes, int32_t lane) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, PayloadKind::kResidentKv));
+  if (bytes.empty()) return absl::InvalidArgumentError("empty resident payload");
+  llama_memory_t mem = llama_get_memory(context_->raw());
+  llama_memory_seq_rm(mem, lane, -1, -1);
+  if (llama_state_seq_set_data(context_->raw(), bytes.data(), bytes.size(), lane) == 0) {
+    llama_memory_seq_rm(mem, lane, -1, -1);
+    return absl::DataLossError(StrCat("llama.cpp rejected the resident payload for lane ", lane, ": ", TakeLlamaLogTail()));
+  }
+  return absl::OkStatus();
+}
+
 Status Engine::Truncate(int32_t lane, int32_t n_tokens) {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   if (n_tokens < 0) return absl::InvalidArgumentError("negative length");

@@ -82,6 +82,15 @@ class Engine {
   // shorter than the record for plain KV caches; for SWA caches it must equal the record length.
   Status RestoreResident(const ResidentRecord& record, int32_t lane, int32_t n_tokens);
 
+  // ResidentKv spill: the attention KV a cache sequence (or a lane) holds, as bytes for host RAM, so
+  // the entry can leave the context (resident cells slow every lane's attention) and still be
+  // served. FailedPrecondition for a non-ResidentKv family or an empty sequence. A sliding-window cache
+  // exports only the window of its last tokens, so such bytes serve their exact length only.
+  StatusOr<std::vector<uint8_t>> ExportResident(int32_t seq);
+  // Clears `lane` and imports bytes from ExportResident. DataLoss if llama.cpp rejects them (the
+  // lane is left empty). Truncate the lane afterwards to serve a shorter prefix.
+  Status ImportResident(std::span<const uint8_t> bytes, int32_t lane);
+
   // Drops tokens at positions >= n_tokens from a lane (attention KV only: recurrent memory cannot
   // be cut shorter, which is FailedPrecondition). Used by borrowed resident hits to roll back.
   Status Truncate(int32_t lane, int32_t n_tokens);

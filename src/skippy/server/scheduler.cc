@@ -286,25 +286,38 @@ void Scheduler::PrefillChunk(int32_t id) {
   lane.pos = end;
   ++lane.next_chunk;
   const auto& rb = lane.plan.record_boundaries;
-  if (std::binary_search(rb.begin(), rb.end(), end)) {
+  if (end < prompt.size() && std::binary_search(rb.begin(), rb.end(), end)) {
     if (!cache_->ExactBoundaryResident()) {
       cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
-    } else if (end < prompt.size()) {  // the whole prompt is recorded below
+    } else {
       cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end));
     }
   }
   if (lane.pos == prompt.size()) {
     lane.prefill_done = Clock::now();
-    cache_->RecordResident(id, lane.scope, prompt);
-    cache_->PutDecoded(lane.scope, prompt, lane.logits);
+    lane.record_prompt_end = true;  // recorded once the first token is out (RecordPromptEnd)
     lane.phase = Phase::kGenerate;
   }
+}
+
+void Scheduler::RecordPromptEnd(int32_t id) {
+  Lane& lane = lanes_[id];
+  if (!lane.record_prompt_end) return;
+  lane.record_prompt_end = false;
+  const std::vector<Token>& prompt = lane.job->prompt().tokens;
+  const auto& rb = lane.plan.record_boundaries;
+  if (!cache_->ExactBoundaryResident() && std::binary_search(rb.begin(), rb.end(), prompt.size())) {
+    cache_->RecordRecurrent(id, lane.scope, prompt);
+  }
+  cache_->RecordResident(id, lane.scope, prompt);
+  cache_->PutDecoded(lane.scope, prompt, lane.logits);
 }
 
 void Scheduler::Generate(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   if (lane.generated >= job.max_tokens()) {
+    RecordPromptEnd(id);
     FinishLane(id, "length", std::nullopt);
     return;
   }
@@ -314,6 +327,7 @@ void Scheduler::Generate(int32_t id) {
     metrics_.ObserveTtft(lane.timings.ttft_ms / 1000.0);
   }
   if (!job.request().ignore_eos && runtime::IsEndOfGeneration(engine_->model(), tok)) {
+    RecordPromptEnd(id);
     FinishLane(id, "stop", std::nullopt);
     return;
   }
@@ -321,6 +335,8 @@ void Scheduler::Generate(int32_t id) {
   bool stop_hit = false;
   job.Append(tok, piece.ok() ? *piece : std::string(), &stop_hit);
   ++lane.generated;
+  // The client has its first token; the lane still holds exactly the prompt.
+  RecordPromptEnd(id);
   if (stop_hit) {
     FinishLane(id, "stop", std::nullopt);
     return;

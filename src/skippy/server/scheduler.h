@@ -140,6 +140,7 @@ class Scheduler {
     Clock::time_point started;
     Clock::time_point prefill_done;
     int64_t generated = 0;
+    bool record_prompt_end = false;  // prompt-end records still to make (after the first token)
   };
 
   void Loop();
@@ -147,6 +148,9 @@ class Scheduler {
   void StartJob(int32_t lane_id);
   void PrefillChunk(int32_t lane_id);
   void Generate(int32_t lane_id);
+  // The records of the whole prompt (resident entry or the last KvRecurrent boundary, and the
+  // decoded result), made after the first token is handed to the client so they stay off TTFT.
+  void RecordPromptEnd(int32_t lane_id);
   void FinishLane(int32_t lane_id, std::string reason, std::optional<ApiError> error);
 
   ServerOptions options_;

@@ -155,13 +155,19 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   }
   const cache::Match m = *lr->match;
   Status s;
-  if (m.entry.desc.kind == PayloadKind::kResidentKv) {
-    if (engine_.model().n_swa() > 0 && m.usable_tokens < m.entry.tokens) {
-      out.miss_reason = "swa-shorter-prefix";
-    } else {
-      s = engine_.RestoreResident({m.entry.desc.seq_id, static_cast<int32_t>(m.entry.tokens)}, lane,
-                                  static_cast<int32_t>(m.usable_tokens));
-    }
+  if (m.entry.desc.kind == PayloadKind::kResidentKv && engine_.model().n_swa() > 0 &&
+      m.usable_tokens < m.entry.tokens) {
+    out.miss_reason = "swa-shorter-prefix";
+  } else if (m.entry.desc.kind == PayloadKind::kResidentKv && m.entry.desc.seq_id != cache::kNoSequence) {
+    s = engine_.RestoreResident({m.entry.desc.seq_id, static_cast<int32_t>(m.entry.tokens)}, lane,
+                                static_cast<int32_t>(m.usable_tokens));
+  } else if (m.entry.desc.kind == PayloadKind::kResidentKv) {
+    // A spilled entry: import its KV into the lane, then cut it to the usable prefix.
+    auto bytes = store_->Get(m.entry.desc.payload_id);
+    s = bytes.ok() ? engine_.ImportResident(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), lane)
+                   : bytes.status();
+    if (s.ok() && m.usable_tokens < m.entry.tokens) s = engine_.Truncate(lane, static_cast<int32_t>(m.usable_tokens));
+    if (s.ok()) ++spill_hits_;
   } else {
     auto bytes = store_->Get(m.entry.desc.payload_id);
     s = bytes.ok() ? engine_.ImportState(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()),
@@ -194,9 +200,73 @@ void ServingCache::Free(const cache::EntryInfo& info, bool release_payload) {
   entries_.erase(info.id);
 }
 
-void ServingCache::FreeAll(const std::vector<cache::EntryInfo>& infos) {
+void ServingCache::FreeAll(const std::vector<cache::EntryInfo>& infos, bool spill) {
   for (const auto& e : infos) {
+    if (spill && e.desc.kind == PayloadKind::kResidentKv && e.desc.seq_id != cache::kNoSequence) {
+      Spill(e);
+    } else {
+      Free(e);
+    }
+    ++evictions_;
+  }
+}
+
+void ServingCache::Spill(const cache::EntryInfo& e) {
+  auto it = entries_.find(e.id);
+  if (it == entries_.end() || it->second.tokens.empty()) {
     Free(e);
+    return;
+  }
+  Registered reg = std::move(it->second);
+  auto bytes = engine_.ExportResident(e.desc.seq_id);
+  Free(e);  // the cache sequence is cleared before its id is handed out again
+  if (!bytes.ok()) {
+    Warn("spill export", bytes.status());
+    return;
+  }
+  if (StorePayload(reg.scope, reg.tokens, PayloadKind::kResidentKv, *bytes, e.desc.recompute_cost, e.desc.exact_only)) {
+    ++spills_;
+  }
+}
+
+bool ServingCache::StorePayload(const cache::PrefixScope& scope, std::span<const Token> tokens, PayloadKind kind,
+                                const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only) {
+  cache::RecordRequest rq;
+  rq.kind = kind;
+  rq.bytes = bytes.size();
+  rq.recompute_cost = recompute_cost;
+  rq.needs_sequence = false;
+  rq.exact_only = exact_only;
+  auto res = cache_->Reserve(scope, tokens, rq);
+  if (!res.ok()) return false;  // already recorded, or no room
+  // Making room in host RAM drops entries; it never spills (that would need room itself).
+  FreeAll(res->evictions, /*spill=*/false);
+  auto put = store_->Put(std::as_bytes(std::span(bytes)));
+  if (!put.ok()) {
+    Warn("payload put", put.status());
+    (void)cache_->Abort(res->id);
+    return false;
+  }
+  DropStoreEvictions(put->evicted);
+  auto id = cache_->Commit(res->id, put->id);
+  if (!id.ok()) {
+    Warn("commit", id.status());
+    const uint64_t pid = put->id;
+    (void)store_->Release(std::span(&pid, 1));
+    return false;
+  }
+  entries_[*id] = {scope.cache_namespace, put->id, {}, {}};
+  by_payload_[put->id] = *id;
+  return true;
+}
+
+void ServingCache::DropStoreEvictions(const std::vector<uint64_t>& evicted) {
+  for (uint64_t gone : evicted) {
+    auto it = by_payload_.find(gone);
+    if (it == by_payload_.end()) continue;
+    const cache::EntryId eid = it->second;
+    by_payload_.erase(it);
+    if (auto freed = cache_->Erase(eid); freed.ok() && freed->has_value()) Free(**freed, /*release_payload=*/false);
     ++evictions_;
   }
 }
@@ -208,41 +278,11 @@ void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope
     Warn("export", bytes.status());
     return;
   }
-  cache::RecordRequest rq;
-  rq.kind = PayloadKind::kKvRecurrent;
-  rq.bytes = bytes->size();
-  rq.recompute_cost = static_cast<double>(prefix.size());
-  rq.needs_sequence = false;
-  auto res = cache_->Reserve(scope, prefix, rq);
-  if (!res.ok()) {
-    ++record_skips_;  // already recorded, or no room
-    return;
+  if (StorePayload(scope, prefix, PayloadKind::kKvRecurrent, *bytes, static_cast<double>(prefix.size()), false)) {
+    ++records_;
+  } else {
+    ++record_skips_;
   }
-  FreeAll(res->evictions);
-  auto put = store_->Put(std::as_bytes(std::span(*bytes)));
-  if (!put.ok()) {
-    Warn("payload put", put.status());
-    (void)cache_->Abort(res->id);
-    return;
-  }
-  for (uint64_t gone : put->evicted) {
-    auto it = by_payload_.find(gone);
-    if (it == by_payload_.end()) continue;
-    const cache::EntryId eid = it->second;
-    by_payload_.erase(it);
-    if (auto freed = cache_->Erase(eid); freed.ok() && freed->has_value()) Free(**freed, /*release_payload=*/false);
-    ++evictions_;
-  }
-  auto id = cache_->Commit(res->id, put->id);
-  if (!id.ok()) {
-    Warn("commit", id.status());
-    const uint64_t pid = put->id;
-    (void)store_->Release(std::span(&pid, 1));
-    return;
-  }
-  ++records_;
-  entries_[*id] = {scope.cache_namespace, put->id};
-  by_payload_[put->id] = *id;
 }
 
 void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
@@ -253,6 +293,20 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   rq.recompute_cost = static_cast<double>(prompt.size());
   rq.needs_sequence = true;
   rq.exact_only = ExactBoundaryResident();
+  if (prompt.size() > options_.cache_tokens) {
+    // Longer than the whole resident cap: straight to the payload store.
+    if (engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
+      ++record_skips_;
+      return;
+    }
+    auto bytes = engine_.ExportResident(lane);
+    if (bytes.ok() && StorePayload(scope, prompt, PayloadKind::kResidentKv, *bytes, rq.recompute_cost, rq.exact_only)) {
+      ++records_;
+    } else {
+      ++record_skips_;
+    }
+    return;
+  }
   auto res = cache_->Reserve(scope, prompt, rq);
   if (!res.ok()) {
     ++record_skips_;
@@ -273,7 +327,8 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
     return;
   }
   ++records_;
-  entries_[*id] = {scope.cache_namespace, 0};
+  // Kept so the entry can be spilled to the payload store when the resident cap evicts it.
+  entries_[*id] = {scope.cache_namespace, 0, scope, std::vector<Token>(prompt.begin(), prompt.end())};
 }
 
 void ServingCache::PutDecoded(const cache::PrefixScope& scope, std::span<const Token> prompt,
@@ -322,6 +377,9 @@ nlohmann::json ServingCache::StatsJson() const {
       {"evictions", evictions_.load()},
       {"records", records_.load()},
       {"record_skips", record_skips_.load()},
+      {"spills", spills_.load()},
+      {"spill_hits", spill_hits_.load()},
+      {"resident_tokens", s.pool.resident_tokens},
       {"free_sequences", s.pool.free_sequences},
       {"payload_store",
        {{"payloads", p.payloads}, {"blocks", p.blocks}, {"logical_bytes", p.logical_bytes},

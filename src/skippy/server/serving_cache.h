@@ -4,18 +4,26 @@
 //
 // Per request (see Scheduler):
 //   1. Restore(lane, scope, prompt): the longest usable prefix in the request's scope, brought into
-//      the cleared lane -- ResidentKv: RestoreResident from the entry's cache sequence (SWA models:
-//      the exact entry length only); KvRecurrent: ImportState of the stored payload. An exact
-//      repeat whose whole prompt is restorable also returns the decoded-result entry (the last
-//      prompt position's logits), so nothing is prefilled. Without such an entry the lookup is
-//      made on prompt[0, n-1) so at least one token is decoded (state blobs carry no logits).
+//      the cleared lane -- ResidentKv: RestoreResident from the entry's cache sequence (zero copy),
+//      or, for an entry spilled to the payload store, ImportResident + Truncate; SWA models: the
+//      exact entry length only; KvRecurrent: ImportState of the stored payload. An exact repeat
+//      whose whole prompt is restorable also returns the decoded-result entry (the last prompt
+//      position's logits), so nothing is prefilled. Without such an entry the lookup is made on
+//      prompt[0, n-1) so at least one token is decoded (state blobs carry no logits).
 //   2. Plan(prompt): the prefill chunk ends and the KvRecurrent record boundaries. Both depend on
 //      the prompt alone (multiples of prefill_chunk, record-plan boundaries computed as if nothing
 //      were restored, the prompt end), never on what the cache holds, so a cache-on run and a
 //      --no-cache run prefill the same batches after any boundary.
 //   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
 //      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
-//      exact lengths); RecordResident(lane, scope, prompt) and PutDecoded(...) after prefill.
+//      exact lengths); the prompt-end records (RecordResident, the last boundary, PutDecoded) once
+//      the first token is out.
+//
+// Two tiers for ResidentKv. Cells kept in the context cost every lane's attention (it scans the
+// whole used KV range, masked cells included), so resident entries are capped by cache_tokens.
+// An entry the cap evicts is spilled: its KV is exported into the payload store (host RAM, capped
+// by cache_ram) and stays findable; a hit imports it into the lane. A prompt longer than the whole
+// resident cap goes to the payload store directly.
 // Recording is best effort: a full cache, an existing entry or a refused reservation skips the
 // record (the request is still served). Every entry the cache core returns as evicted or freed
 // has its cache sequence cleared / payload released before its sequence id is reused.
@@ -88,7 +96,14 @@ class ServingCache {
  private:
   ServingCache(const ServerOptions& options, runtime::Engine& engine) : options_(options), engine_(engine) {}
   void Free(const cache::EntryInfo& info, bool release_payload = true);
-  void FreeAll(const std::vector<cache::EntryInfo>& infos);
+  // Frees evicted entries; with `spill`, a resident entry's KV moves to the payload store instead.
+  void FreeAll(const std::vector<cache::EntryInfo>& infos, bool spill = true);
+  void Spill(const cache::EntryInfo& info);
+  // Records exported bytes as a payload-store entry (no cache sequence). False if not recorded.
+  bool StorePayload(const cache::PrefixScope& scope, std::span<const runtime::Token> tokens, cache::PayloadKind kind,
+                    const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only);
+  // Erases the entries whose payloads the store evicted for its own cap.
+  void DropStoreEvictions(const std::vector<uint64_t>& evicted);
   void Forget(cache::EntryId id);
 
   ServerOptions options_;
@@ -103,6 +118,8 @@ class ServingCache {
   struct Registered {
     std::string tenant_namespace;
     uint64_t payload_id = 0;
+    cache::PrefixScope scope;         // resident entries only: what a spill re-records
+    std::vector<runtime::Token> tokens;
   };
   std::map<cache::EntryId, Registered> entries_;
   std::map<uint64_t, cache::EntryId> by_payload_;
@@ -110,6 +127,8 @@ class ServingCache {
   std::atomic<uint64_t> evictions_{0};
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> record_skips_{0};
+  std::atomic<uint64_t> spills_{0};
+  std::atomic<uint64_t> spill_hits_{0};
 };
 
 }  // namespace skippy::server
