@@ -238,5 +238,23 @@ TEST(ResidentPool, TokenCapBindsOnlyEntriesHoldingASequence) {
   EXPECT_TRUE(pool->CheckInvariants().ok()) << pool->CheckInvariants();
 }
 
+TEST(ResidentPool, PoolWithoutSequencesStoresPayloadsOnly) {
+  ResidentPoolOptions o = SmallPool();
+  o.seq_id_end = o.seq_id_begin;  // no resident tier
+  auto pool = Make(o);
+  auto s = MakeScope();
+  RecordRequest stored = Req();
+  stored.needs_sequence = false;
+  const EntryId a = Record(*pool, s, Range(0, 40), stored);
+  // Asking for a sequence fails at once and evicts nothing.
+  EXPECT_EQ(pool->Reserve(s, Range(100, 140), Req()).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(pool->Lookup(s, Range(0, 40), false).hit());
+  EXPECT_EQ(pool->Lookup(s, Range(0, 40), false).match->entry.id, a);
+  EXPECT_EQ(pool->Stats().free_sequences, 0u);
+  EXPECT_TRUE(pool->CheckInvariants().ok()) << pool->CheckInvariants();
+  o.seq_id_end = o.seq_id_begin - 1;
+  EXPECT_EQ(ResidentPool::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace skippy::cache

@@ -49,9 +49,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--cache-tokens", o.cache_tokens, "KV cells reserved for resident (ResidentKv) entries")
+  app.add_flag("--kv-unified", o.kv_unified,
+               "one KV stream for all lanes plus resident cache sequences (zero-copy ResidentKv tier)");
+  app.add_option("--cache-tokens", o.cache_tokens, "with --kv-unified: KV cells for resident entries (beyond: spilled)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  app.add_option("--cache-seqs", o.cache_seqs, "resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
+  app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
   app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();

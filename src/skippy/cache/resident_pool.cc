@@ -10,7 +10,7 @@ Status ResidentPoolOptions::Validate() const {
     return absl::InvalidArgumentError("resident pool: every cap (entries, bytes, tokens) must be > 0");
   }
   if (lane_count < 0) return absl::InvalidArgumentError("resident pool: lane_count < 0");
-  if (seq_id_begin >= seq_id_end) {
+  if (seq_id_begin > seq_id_end) {
     return absl::InvalidArgumentError("resident pool: empty sequence id range [" +
                                       std::to_string(seq_id_begin) + ", " +
                                       std::to_string(seq_id_end) + ")");
@@ -70,6 +70,9 @@ StatusOr<Reservation> ResidentPool::Reserve(const PrefixScope& scope, std::span<
     }
   }
 
+  if (request.needs_sequence && options_.seq_id_begin == options_.seq_id_end) {
+    return absl::FailedPreconditionError("this pool has no cache sequences: record payloads in the payload store");
+  }
   // Plan evictions without changing anything. The token cap and the sequences bind only entries
   // that hold a cache sequence; an entry without one is evicted only for the entry or byte cap.
   const bool need_seq = request.needs_sequence;

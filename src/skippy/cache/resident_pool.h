@@ -43,7 +43,8 @@ struct ResidentPoolOptions {
   int32_t seq_id_end = 65;
   RadixIndexOptions index;
 
-  // InvalidArgument if a cap is zero, the sequence range is empty or overlaps the lanes.
+  // InvalidArgument if a cap is zero or the sequence range is reversed or overlaps the lanes. An
+  // empty range is a pool without resident entries (every payload lives in the payload store).
   [[nodiscard]] Status Validate() const;
 };
 
@@ -85,7 +86,8 @@ class ResidentPool {
   // Claims capacity for an entry of `tokens` in `scope`.
   //   InvalidArgument     bad scope, empty prompt, token outside the vocabulary, or an entry larger
   //                       than a whole cap (bytes > max_bytes or tokens > max_tokens)
-  //   FailedPrecondition  an entry of this kind already exists (or is being recorded) there
+  //   FailedPrecondition  an entry of this kind already exists (or is being recorded) there, or a
+  //                       sequence is asked of a pool without any
   //   ResourceExhausted   pinned entries and open reservations leave no room; nothing changed
   [[nodiscard]] StatusOr<Reservation> Reserve(const PrefixScope& scope, std::span<const Token> tokens,
                                               const RecordRequest& request);

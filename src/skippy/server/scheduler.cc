@@ -83,21 +83,27 @@ Scheduler::~Scheduler() { Stop(); }
 Status Scheduler::Load() {
   runtime::EngineOptions eo;
   eo.model_path = options_.model_path;
-  // The same context whether the cache is on or off (--no-cache must compute the same numbers):
-  // lanes * per-lane context + cells reserved for resident cache entries.
-  eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count + options_.cache_tokens;
+  // The same context whether the cache is on or off (--no-cache must compute the same numbers).
   eo.context.n_batch = options_.n_batch;
   eo.context.n_ubatch = options_.n_batch;
   eo.context.n_threads = options_.threads;
   eo.context.flash_attn = options_.flash_attn;
-  // Sliding-window models: a full-size SWA cache. Resident entries recorded mid-prefill pin the
-  // window cells they share with the lane; the default SWA cache (window x sequences + one ubatch)
-  // runs out of cells after a few of them and llama_decode then finds no slot. With swa_full the
-  // SWA layers get as many cells as the base cache, whose budget the pool's token cap guards.
-  // No effect on models without SWA; the same setting with --no-cache, so the numbers match.
-  eo.context.swa_full = true;
   eo.lane_count = options_.lane_count;
-  eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
+  eo.context.kv_unified = options_.kv_unified;
+  if (options_.kv_unified) {
+    // One stream: lanes * per-lane context + cells for resident cache entries. Sliding-window
+    // models get a full-size SWA cache: resident entries recorded mid-prefill pin the window cells
+    // they share with the lane, and the default SWA cache (window x sequences + one ubatch) runs out
+    // of cells after a few of them (llama_decode then finds no slot).
+    eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count + options_.cache_tokens;
+    eo.context.swa_full = true;
+    eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
+  } else {
+    // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences.
+    eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count;
+    eo.context.swa_full = false;
+    eo.cache_seq_count = 0;
+  }
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
   if (!engine_->family().enabled) {
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());

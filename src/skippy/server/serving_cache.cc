@@ -167,7 +167,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     s = bytes.ok() ? engine_.ImportResident(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), lane)
                    : bytes.status();
     if (s.ok() && m.usable_tokens < m.entry.tokens) s = engine_.Truncate(lane, static_cast<int32_t>(m.usable_tokens));
-    if (s.ok()) ++spill_hits_;
+    if (s.ok()) ++stored_hits_;
   } else {
     auto bytes = store_->Get(m.entry.desc.payload_id);
     s = bytes.ok() ? engine_.ImportState(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()),
@@ -293,8 +293,8 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   rq.recompute_cost = static_cast<double>(prompt.size());
   rq.needs_sequence = true;
   rq.exact_only = ExactBoundaryResident();
-  if (prompt.size() > options_.cache_tokens) {
-    // Longer than the whole resident cap: straight to the payload store.
+  if (engine_.cache_seq_count() == 0 || prompt.size() > options_.cache_tokens) {
+    // No resident tier, or longer than the whole resident cap: straight to the payload store.
     if (engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
       ++record_skips_;
       return;
@@ -378,7 +378,7 @@ nlohmann::json ServingCache::StatsJson() const {
       {"records", records_.load()},
       {"record_skips", record_skips_.load()},
       {"spills", spills_.load()},
-      {"spill_hits", spill_hits_.load()},
+      {"stored_hits", stored_hits_.load()},
       {"resident_tokens", s.pool.resident_tokens},
       {"free_sequences", s.pool.free_sequences},
       {"payload_store",

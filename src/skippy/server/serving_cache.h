@@ -128,7 +128,7 @@ class ServingCache {
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> record_skips_{0};
   std::atomic<uint64_t> spills_{0};
-  std::atomic<uint64_t> spill_hits_{0};
+  std::atomic<uint64_t> stored_hits_{0};
 };
 
 }  // namespace skippy::server
