@@ -67,6 +67,19 @@ TEST(RecordPlan, BoundariesStartAfterRestoredPrefixAndChunksAreBounded) {
   EXPECT_EQ(plan->chunk_ends, std::vector<size_t>({600, 768, 968, 1000}));
 }
 
+TEST(RecordPlan, FewRecordsSpreadOverTheGrid) {
+  PromptShape p{2048, {}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 64;
+  o.max_records = 4;  // the full prompt, then three grid points
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  // Grid 64..2048 (32 points): the longest (2048 == the prompt, already planned), the middle of the
+  // other 31 (1024), then the middles of the halves (512, 1536).
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 2048}));
+}
+
 TEST(RecordPlan, BadInputIsRefused) {
   RecordPlanOptions o;
   EXPECT_EQ(PlanRecords({0, {}, std::nullopt}, o).status().code(), absl::StatusCode::kInvalidArgument);

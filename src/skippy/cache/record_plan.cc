@@ -1,5 +1,8 @@
 #include "skippy/cache/record_plan.h"
 
+#include <deque>
+#include <utility>
+
 #include <algorithm>
 #include <string>
 
@@ -37,8 +40,24 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
   }
   if (turn && *turn > 0) candidates.push_back(*turn);
   if (options.stride > 0) {
-    for (size_t g = (n / options.stride) * options.stride; g >= options.stride; g -= options.stride) {
-      candidates.push_back(g);
+    // The grid, coarse to fine: the longest point, then the middle of what is left below it, then
+    // the middles of the halves, ... so any number of records spreads over the whole prompt (a
+    // request that diverges at a random point then finds a boundary close below it).
+    std::vector<size_t> grid;
+    for (size_t g = options.stride; g <= n; g += options.stride) grid.push_back(g);
+    if (!grid.empty()) {
+      candidates.push_back(grid.back());
+      std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
+      ranges.emplace_back(0, grid.size() - 1);
+      while (!ranges.empty()) {
+        auto [lo, hi] = ranges.front();
+        ranges.pop_front();
+        if (lo >= hi) continue;
+        const size_t mid = lo + (hi - lo) / 2;
+        candidates.push_back(grid[mid]);
+        ranges.emplace_back(lo, mid);
+        ranges.emplace_back(mid + 1, hi);
+      }
     }
   }
 

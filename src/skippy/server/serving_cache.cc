@@ -111,9 +111,9 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.kind = PayloadKind::kKvRecurrent;  // exact-boundary planning for both (see above)
     ro.stride = options_.record_stride;
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
-    // Sliding-window records each hold a cache sequence: keep two per prompt (the whole prompt and
-    // the deepest shared boundary before it) so a few prompts do not exhaust the sequences.
-    if (ExactBoundaryResident()) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
+    // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
+    // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
+    if (ExactBoundaryResident() && engine_.cache_seq_count() > 0) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
     ro.restored_tokens = 0;  // the plan depends on the prompt alone
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
