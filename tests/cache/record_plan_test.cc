@@ -80,6 +80,22 @@ TEST(RecordPlan, FewRecordsSpreadOverTheGrid) {
   EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 2048}));
 }
 
+TEST(RecordPlan, TailBoundaryComesRightAfterTheTurn) {
+  PromptShape p{1000, {}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 256;
+  o.max_records = 3;
+  o.tail_tokens = 4;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({768, 996, 1000}));
+  o.tail_tokens = 1000;  // not shorter than the prompt: ignored
+  plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 768, 1000}));
+}
+
 TEST(RecordPlan, BadInputIsRefused) {
   RecordPlanOptions o;
   EXPECT_EQ(PlanRecords({0, {}, std::nullopt}, o).status().code(), absl::StatusCode::kInvalidArgument);

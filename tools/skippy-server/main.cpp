@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
   app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
+  app.add_option("--cache-record-tail", o.record_tail,
+                 "also record this many tokens before the prompt end (a cue the next request replaces); 0: off")
+      ->capture_default_str();
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
   app.add_option("--queue-size", o.queue_size, "requests waiting for a lane before 503")->capture_default_str();

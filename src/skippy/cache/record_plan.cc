@@ -39,6 +39,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
     }
   }
   if (turn && *turn > 0) candidates.push_back(*turn);
+  if (options.tail_tokens > 0 && options.tail_tokens < n) candidates.push_back(n - options.tail_tokens);
   if (options.stride > 0) {
     // The grid, coarse to fine: the longest point, then the middle of what is left below it, then
     // the middles of the halves, ... so any number of records spreads over the whole prompt (a

@@ -10,7 +10,7 @@
 // the budget (max_records, max_bytes):
 //   1. the full prompt (if include_full_prompt);
 //   2. the last message boundary before the final user turn (the system prompt + history that the
-//      next turn of the same conversation will share);
+//      next turn of the same conversation will share), then n_tokens - tail_tokens (if tail_tokens);
 //   3. the stride grid (multiples of `stride`): the longest first, then coarse to fine (the middle of
 //      the rest, then the middles of its halves, ...), so a few records spread over the prompt.
 //
@@ -47,6 +47,10 @@ struct RecordPlanOptions {
   size_t restored_tokens = 0;     // already served from the cache; prefill starts here
   size_t max_chunk_tokens = 0;    // split prefill chunks to at most this many tokens; 0 = no limit
   bool include_full_prompt = true;
+  // > 0: also record n_tokens - tail_tokens, right after the full prompt and the turn boundary. A
+  // prompt often ends in a short cue ("Assistant:", "Next tool call:", a chat template's assistant
+  // header) that the next request of the same conversation or agent replaces with the actual reply.
+  size_t tail_tokens = 0;
 };
 
 struct RecordPlan {

@@ -37,6 +37,7 @@ struct ServerOptions {
   uint32_t cache_seqs = 32;         // kv_unified: resident cache sequences
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
   uint32_t max_records = 4;         // KvRecurrent records per prompt
+  uint32_t record_tail = 4;         // also record prompt_end - record_tail (0: no such record)
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
 

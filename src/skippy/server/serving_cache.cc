@@ -110,6 +110,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     cache::RecordPlanOptions ro;
     ro.kind = PayloadKind::kKvRecurrent;  // exact-boundary planning for both (see above)
     ro.stride = options_.record_stride;
+    ro.tail_tokens = options_.record_tail;
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
