@@ -36,7 +36,7 @@ TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
   o.max_records = 3;
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 768, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 700, 1000}));  // grid: the middle first
 }
 
 TEST(RecordPlan, ByteBudgetSkipsWhatDoesNotFit) {
@@ -75,8 +75,8 @@ TEST(RecordPlan, FewRecordsSpreadOverTheGrid) {
   o.max_records = 4;  // the full prompt, then three grid points
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  // Grid 64..2048 (32 points): the longest (2048 == the prompt, already planned), the middle of the
-  // other 31 (1024), then the middles of the halves (512, 1536).
+  // Grid 64..1984 (31 points below the prompt end): the middle (1024), then the middles of the
+  // halves (512, 1536).
   EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 2048}));
 }
 
@@ -89,11 +89,11 @@ TEST(RecordPlan, TailBoundaryComesRightAfterTheTurn) {
   o.tail_tokens = 4;
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({768, 996, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 996, 1000}));
   o.tail_tokens = 1000;  // not shorter than the prompt: ignored
   plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 768, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({256, 512, 1000}));
 }
 
 TEST(RecordPlan, BadInputIsRefused) {

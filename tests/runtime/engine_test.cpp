@@ -148,6 +148,36 @@ TEST(EngineRestore, SlidingWindowEntryServesOnlyItsExactLength) {
   EXPECT_TRUE(e->RestoreResident(*record, 1, 128).ok());
 }
 
+// Within the window (tiny gemma3: 32 tokens) the SWA layers still hold every cell, so an entry
+// serves shorter prefixes, resident and stored alike, byte for byte.
+TEST(EngineRestore, SlidingWindowEntryWithinTheWindowServesShorterPrefixes) {
+  auto e = Open("gemma3", 2);
+  ASSERT_TRUE(e);
+  ASSERT_GE(e->model().n_swa(), 30);
+  const auto all = Tokens(*e, 30);
+  const std::span<const Token> head(all.data(), 20), tail(all.data() + 20, 10);
+  ASSERT_TRUE(e->Decode(0, head, 0).ok());
+  auto reference = e->Decode(0, tail, 20);
+  ASSERT_TRUE(reference.ok());
+  auto record = e->RecordResident(0, 30, e->cache_seq(0));
+  ASSERT_TRUE(record.ok());
+  ASSERT_TRUE(e->Clear(0).ok());
+
+  ASSERT_TRUE(e->RestoreResident(*record, 1, 20).ok());
+  auto resident_hit = e->Decode(1, tail, 20);
+  ASSERT_TRUE(resident_hit.ok());
+  EXPECT_TRUE(SameBytes(*resident_hit, *reference));
+
+  auto bytes = e->ExportResident(e->cache_seq(0));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_TRUE(e->Clear(e->cache_seq(0)).ok());
+  ASSERT_TRUE(e->ImportResident(*bytes, 1).ok());
+  ASSERT_TRUE(e->Truncate(1, 20).ok());
+  auto stored_hit = e->Decode(1, tail, 20);
+  ASSERT_TRUE(stored_hit.ok());
+  EXPECT_TRUE(SameBytes(*stored_hit, *reference));
+}
+
 TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {
   auto e = Open("llama", 2);
   ASSERT_TRUE(e);

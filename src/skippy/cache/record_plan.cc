@@ -41,24 +41,22 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
   if (turn && *turn > 0) candidates.push_back(*turn);
   if (options.tail_tokens > 0 && options.tail_tokens < n) candidates.push_back(n - options.tail_tokens);
   if (options.stride > 0) {
-    // The grid, coarse to fine: the longest point, then the middle of what is left below it, then
-    // the middles of the halves, ... so any number of records spreads over the whole prompt (a
-    // request that diverges at a random point then finds a boundary close below it).
+    // The grid, coarse to fine: the middle point, then the middles of the halves, ... so any number
+    // of records spreads over the whole prompt and a request that diverges at a random point finds
+    // a boundary close below it. The end of the prompt is covered by the full-prompt and tail
+    // records; a grid point just below it would only cost the next request another prefill batch.
     std::vector<size_t> grid;
-    for (size_t g = options.stride; g <= n; g += options.stride) grid.push_back(g);
-    if (!grid.empty()) {
-      candidates.push_back(grid.back());
-      std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
-      ranges.emplace_back(0, grid.size() - 1);
-      while (!ranges.empty()) {
-        auto [lo, hi] = ranges.front();
-        ranges.pop_front();
-        if (lo >= hi) continue;
-        const size_t mid = lo + (hi - lo) / 2;
-        candidates.push_back(grid[mid]);
-        ranges.emplace_back(lo, mid);
-        ranges.emplace_back(mid + 1, hi);
-      }
+    for (size_t g = options.stride; g < n; g += options.stride) grid.push_back(g);
+    std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
+    ranges.emplace_back(0, grid.size());
+    while (!ranges.empty()) {
+      auto [lo, hi] = ranges.front();
+      ranges.pop_front();
+      if (lo >= hi) continue;
+      const size_t mid = lo + (hi - lo) / 2;
+      candidates.push_back(grid[mid]);
+      ranges.emplace_back(lo, mid);
+      ranges.emplace_back(mid + 1, hi);
     }
   }
 

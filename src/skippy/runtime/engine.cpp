@@ -111,9 +111,10 @@ Status Engine::RestoreResident(const ResidentRecord& record, int32_t lane, int32
   if (n_tokens <= 0 || n_tokens > record.n_tokens) {
     return absl::InvalidArgumentError(StrCat("cannot restore ", n_tokens, " of ", record.n_tokens, " tokens"));
   }
-  if (n_tokens < record.n_tokens && model_->n_swa() > 0) {
+  if (n_tokens < record.n_tokens && model_->n_swa() > 0 && record.n_tokens > model_->n_swa()) {
     return absl::FailedPreconditionError(
-        "a sliding-window cache keeps only the window of its last tokens: an SWA entry serves its exact length");
+        "a sliding-window cache keeps only the window of its last tokens: an SWA entry longer than the window "
+        "serves its exact length");
   }
   llama_memory_t mem = llama_get_memory(context_->raw());
   llama_memory_seq_rm(mem, lane, -1, -1);

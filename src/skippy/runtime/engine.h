@@ -79,7 +79,9 @@ class Engine {
   // (replacing what it held). FailedPrecondition for a family whose payload is not ResidentKv.
   StatusOr<ResidentRecord> RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq);
   // ResidentKv: clears `lane` and shares the first n_tokens of `record` into it. n_tokens may be
-  // shorter than the record for plain KV caches; for SWA caches it must equal the record length.
+  // shorter than the record for plain KV caches; for SWA caches only while the record is not
+  // longer than the window (n_swa): beyond it, the SWA layers keep only the window of the last
+  // tokens and n_tokens must equal the record length.
   Status RestoreResident(const ResidentRecord& record, int32_t lane, int32_t n_tokens);
 
   // ResidentKv spill: the attention KV a cache sequence (or a lane) holds, as bytes for host RAM, so

@@ -19,7 +19,7 @@ struct ServerOptions {
   // Prefill chunking: prefill stops at every multiple of prefill_chunk and at every planned record
   // boundary. The boundaries depend on the prompt alone, so a --no-cache run computes the same
   // batches after any restore point a cache hit can start from.
-  uint32_t prefill_chunk = 256;
+  uint32_t prefill_chunk = 512;
 
   // Cache.
   bool cache_enabled = true;        // --no-cache turns it off

@@ -156,7 +156,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   }
   const cache::Match m = *lr->match;
   Status s;
-  if (m.entry.desc.kind == PayloadKind::kResidentKv && engine_.model().n_swa() > 0 &&
+  if (m.entry.desc.kind == PayloadKind::kResidentKv && SlidingWindowExact(m.entry.tokens) &&
       m.usable_tokens < m.entry.tokens) {
     out.miss_reason = "swa-shorter-prefix";
   } else if (m.entry.desc.kind == PayloadKind::kResidentKv && m.entry.desc.seq_id != cache::kNoSequence) {
@@ -293,7 +293,7 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   rq.bytes = resident_bytes_per_token_ * prompt.size();
   rq.recompute_cost = static_cast<double>(prompt.size());
   rq.needs_sequence = true;
-  rq.exact_only = ExactBoundaryResident();
+  rq.exact_only = SlidingWindowExact(prompt.size());
   if (engine_.cache_seq_count() == 0 || prompt.size() > options_.cache_tokens) {
     // No resident tier, or longer than the whole resident cap: straight to the payload store.
     if (engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {

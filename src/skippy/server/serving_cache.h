@@ -90,6 +90,11 @@ class ServingCache {
   bool ExactBoundaryResident() const {
     return engine_.family().payload == cache::PayloadKind::kResidentKv && engine_.model().n_swa() > 0;
   }
+  // A sliding-window entry longer than the window keeps only the window of its last tokens in the
+  // SWA layers, so it serves its exact length only; one within the window serves shorter prefixes.
+  bool SlidingWindowExact(size_t entry_tokens) const {
+    return ExactBoundaryResident() && entry_tokens > static_cast<size_t>(engine_.model().n_swa());
+  }
   nlohmann::json StatsJson() const;
   void FillGauges(Gauges& g) const;
 
