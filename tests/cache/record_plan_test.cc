@@ -36,7 +36,7 @@ TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
   o.max_records = 3;
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 700, 1000}));  // grid: the middle first
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 768, 1000}));
 }
 
 TEST(RecordPlan, ByteBudgetSkipsWhatDoesNotFit) {
@@ -72,12 +72,12 @@ TEST(RecordPlan, FewRecordsSpreadOverTheGrid) {
   RecordPlanOptions o;
   o.kind = PayloadKind::kKvRecurrent;
   o.stride = 64;
-  o.max_records = 4;  // the full prompt, then three grid points
+  o.max_records = 5;  // the full prompt, then four grid points
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  // Grid 64..1984 (31 points below the prompt end): the middle (1024), then the middles of the
-  // halves (512, 1536).
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 2048}));
+  // Grid 64..1984 (31 points below the prompt end): the longest (1984), the middle of the other
+  // 30 (1024), then the middles of the halves (512, 1536).
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 1984, 2048}));
 }
 
 TEST(RecordPlan, TailBoundaryComesRightAfterTheTurn) {
@@ -89,11 +89,11 @@ TEST(RecordPlan, TailBoundaryComesRightAfterTheTurn) {
   o.tail_tokens = 4;
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 996, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({768, 996, 1000}));
   o.tail_tokens = 1000;  // not shorter than the prompt: ignored
   plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({256, 512, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 768, 1000}));
 }
 
 TEST(RecordPlan, BadInputIsRefused) {

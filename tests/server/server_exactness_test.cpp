@@ -1,8 +1,10 @@
-// Exactness on the serving path: for a dense (llama), an SWA (gemma3), an MLA (deepseek2) and a
-// hybrid (qwen3next) family, a seeded generator of prompts that share prefixes -- new prompts on a
-// few shared bases, divergence inside a stored prefix, exact repeats, and extensions of earlier
-// prompts -- is sent to a cache-on server and to a --no-cache server with the same prefill
-// chunking. Greedy outputs (token ids) must be identical, and the cache must actually hit.
+// Exactness on the serving path: for dense (llama, glm4), SWA (gemma3), MoE + SWA (gemma4-a4b),
+// MLA + MoE (deepseek2), MoE (minimax-m27) and hybrid (qwen3next) families, a seeded generator of
+// prompts that share prefixes -- new prompts on a few shared bases, divergence inside a stored
+// prefix, exact repeats, and extensions of earlier prompts -- is sent to a cache-on server and to a
+// --no-cache server with the same prefill chunking (128 tokens, so batches reach flash
+// attention's tiled path). Greedy outputs (token ids) must be identical, and the cache must
+// actually hit.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -55,8 +57,12 @@ std::vector<std::vector<int>> GeneratePrompts(uint32_t seed, int lo, int hi) {
 
 // Runs the prompts against a cache-on server (the common flags plus `cache_flags`) and a
 // --no-cache server with the same layout; returns the cache-on server's /cache/stats.
-json CompareWithNoCache(const std::string& family, const std::vector<std::string>& cache_flags, const std::string& tag) {
-  std::vector<std::string> common = {"-c", "384", "--prefill-chunk", "16", "--cache-record-stride", "32",
+// expect_decoded: exact repeats of earlier prompts must be answered from decoded-result entries
+// (false where the whole earlier prompt cannot be restored: sliding-window prompts longer than the
+// window are not stored).
+json CompareWithNoCache(const std::string& family, const std::vector<std::string>& cache_flags, const std::string& tag,
+                        bool expect_decoded = true) {
+  std::vector<std::string> common = {"-c", "384", "--prefill-chunk", "128", "--cache-record-stride", "32",
                                      "--runtime-lane-count", "1"};
   common.insert(common.end(), cache_flags.begin(), cache_flags.end());
   auto on = ServerProcess::Start(family, common, family + tag + "-on");
@@ -93,7 +99,9 @@ json CompareWithNoCache(const std::string& family, const std::vector<std::string
   ::testing::Test::RecordProperty("cached_tokens", static_cast<int>(cached_tokens));
   EXPECT_GT(cached_tokens, 0u) << "the cache never hit: the comparison proves nothing";
   EXPECT_GE(hits, 4u);
-  EXPECT_GE(decoded_hits, 1u) << "exact repeats should be answered from decoded-result entries";
+  if (expect_decoded) {
+    EXPECT_GE(decoded_hits, 1u) << "exact repeats should be answered from decoded-result entries";
+  }
   auto metrics = con->Get("/metrics");
   EXPECT_TRUE(metrics);
   if (metrics) {
@@ -116,15 +124,21 @@ std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
 class ServingExactness : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ServingExactness, CacheOnMatchesNoCacheWithTheSameChunking) {
-  const json stats = CompareWithNoCache(GetParam(), {}, "");
+  const json stats = CompareWithNoCache(GetParam(), {}, "", GetParam() != "gemma3");
   ASSERT_FALSE(stats.is_null());
   if (stats.value("payload", "") == "resident-kv") {
-    EXPECT_GT(stats.value("stored_hits", 0), 0) << stats.dump();
     EXPECT_EQ(stats.value("resident_tokens", -1), 0) << "no resident tier without --kv-unified: " << stats.dump();
+    // A lane keeps its last prompt and is cut back to the shared prefix.
+    EXPECT_GT(stats.value("lane_hits", 0), 0) << stats.dump();
+    // Stored entries serve the other hits; a sliding-window family stores only entries within its
+    // window (32 tokens in the tiny zoo), which these prompts rarely are.
+    if (GetParam() != "gemma3") {
+      EXPECT_GT(stats.value("stored_hits", 0), 0) << stats.dump();
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", "gemma3", "deepseek2", "qwen3next"),
+INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", "gemma3", "deepseek2", "qwen3next", "minimax-m27", "glm4", "gemma4-a4b"),
                          ParamName);
 
 // --kv-unified: entries stay resident in cache sequences and lanes share their cells (zero copy).
@@ -147,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(Families, UnifiedExactness, ::testing::Values("llama", 
 class SpilledExactness : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpilledExactness, SpilledEntriesMatchNoCache) {
-  const json stats = CompareWithNoCache(GetParam(), {"--kv-unified", "--cache-tokens", "100"}, "-spill");
+  const json stats = CompareWithNoCache(GetParam(), {"--kv-unified", "--cache-tokens", "100"}, "-spill", GetParam() != "gemma3");
   ASSERT_FALSE(stats.is_null());
   EXPECT_GT(stats.value("spills", 0), 0) << stats.dump();
   EXPECT_GT(stats.value("stored_hits", 0), 0) << "no hit came from a spilled entry: " << stats.dump();

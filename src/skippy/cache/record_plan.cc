@@ -41,22 +41,25 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
   if (turn && *turn > 0) candidates.push_back(*turn);
   if (options.tail_tokens > 0 && options.tail_tokens < n) candidates.push_back(n - options.tail_tokens);
   if (options.stride > 0) {
-    // The grid, coarse to fine: the middle point, then the middles of the halves, ... so any number
-    // of records spreads over the whole prompt and a request that diverges at a random point finds
-    // a boundary close below it. The end of the prompt is covered by the full-prompt and tail
-    // records; a grid point just below it would only cost the next request another prefill batch.
+    // The grid: its longest point below the prompt end first (a shared system prompt or document
+    // followed by different short questions), then coarse to fine -- the middle of the rest, then
+    // the middles of its halves, ... -- so further records spread over the whole prompt and a
+    // request that diverges at a random point finds a boundary close below it.
     std::vector<size_t> grid;
     for (size_t g = options.stride; g < n; g += options.stride) grid.push_back(g);
-    std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
-    ranges.emplace_back(0, grid.size());
-    while (!ranges.empty()) {
-      auto [lo, hi] = ranges.front();
-      ranges.pop_front();
-      if (lo >= hi) continue;
-      const size_t mid = lo + (hi - lo) / 2;
-      candidates.push_back(grid[mid]);
-      ranges.emplace_back(lo, mid);
-      ranges.emplace_back(mid + 1, hi);
+    if (!grid.empty()) {
+      candidates.push_back(grid.back());
+      std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
+      ranges.emplace_back(0, grid.size() - 1);
+      while (!ranges.empty()) {
+        auto [lo, hi] = ranges.front();
+        ranges.pop_front();
+        if (lo >= hi) continue;
+        const size_t mid = lo + (hi - lo) / 2;
+        candidates.push_back(grid[mid]);
+        ranges.emplace_back(lo, mid);
+        ranges.emplace_back(mid + 1, hi);
+      }
     }
   }
 

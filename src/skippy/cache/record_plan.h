@@ -11,8 +11,8 @@
 //   1. the full prompt (if include_full_prompt);
 //   2. the last message boundary before the final user turn (the system prompt + history that the
 //      next turn of the same conversation will share), then n_tokens - tail_tokens (if tail_tokens);
-//   3. the stride grid (multiples of `stride` below n_tokens), coarse to fine: the middle point,
-//      then the middles of the halves, ..., so a few records spread over the prompt.
+//   3. the stride grid (multiples of `stride` below n_tokens): the longest point, then coarse to
+//      fine (the middle of the rest, the middles of its halves, ...), so records spread out.
 //
 // Thread-safety: pure function.
 #pragma once

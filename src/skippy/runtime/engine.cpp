@@ -68,6 +68,11 @@ int32_t Engine::SequenceLength(int32_t seq) const {
   return llama_memory_seq_pos_max(llama_get_memory(context_->raw()), seq) + 1;
 }
 
+int32_t Engine::SequenceFirstPosition(int32_t seq) const {
+  if (!CheckSeq(seq).ok()) return -1;
+  return llama_memory_seq_pos_min(llama_get_memory(context_->raw()), seq);
+}
+
 Status Engine::Clear(int32_t seq) {
   SKIPPY_RETURN_IF_ERROR(CheckSeq(seq));
   // Removing a whole sequence never fails, recurrent memory included.

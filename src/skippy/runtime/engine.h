@@ -65,6 +65,9 @@ class Engine {
   uint32_t cache_seq_count() const { return options_.cache_seq_count; }
   int32_t cache_seq(uint32_t i) const { return static_cast<int32_t>(options_.lane_count + i); }
 
+  // Lowest position a sequence still holds cells for (-1 when empty); for sliding-window caches the
+  // SWA layers' (they drop cells older than the window when they need room).
+  int32_t SequenceFirstPosition(int32_t seq) const;
   // Number of tokens currently in a sequence (pos_max + 1), 0 when empty.
   int32_t SequenceLength(int32_t seq) const;
 

@@ -100,8 +100,11 @@ Status Scheduler::Load() {
     eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
   } else {
     // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences.
+    // Sliding-window layers get the full per-lane size too, so a lane never overwrites its own
+    // older cells within its context: its last prompt can be cut back to a shared prefix
+    // (ServingCache::LaneReuse), and new cells always land in position order.
     eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count;
-    eo.context.swa_full = false;
+    eo.context.swa_full = true;
     eo.cache_seq_count = 0;
   }
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
@@ -110,6 +113,7 @@ Status Scheduler::Load() {
   }
   SKIPPY_ASSIGN_OR_RETURN(cache_, ServingCache::Create(options_, *engine_));
   lanes_.resize(options_.lane_count);
+  held_.resize(options_.lane_count);
   thread_ = std::thread([this] { Loop(); });
   ready_ = true;
   return absl::OkStatus();
@@ -247,11 +251,14 @@ void Scheduler::StartJob(int32_t id) {
 
   lane.scope = cache_->Scope(job.tenant_namespace());
   lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries);
-  if (Status s = engine_->Clear(id); !s.ok()) {
-    FinishLane(id, "", FromStatus(s));
-    return;
+  size_t lane_tokens = 0;
+  LaneMemory& held = held_[static_cast<size_t>(id)];
+  if (cache_->LaneReuse() && held.cache_namespace == lane.scope.cache_namespace) {
+    const size_t limit = std::min(held.tokens.size(), prompt.size());
+    while (lane_tokens < limit && held.tokens[lane_tokens] == prompt[lane_tokens]) ++lane_tokens;
   }
-  RestoreOutcome r = cache_->Restore(id, lane.scope, prompt);
+  held = LaneMemory{};  // the lane changes from here on
+  RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens);
   lane.pos = r.restored;
   lane.timings.cache_n = r.restored;
   lane.timings.prompt_n = prompt.size() - r.restored;
@@ -362,7 +369,18 @@ void Scheduler::Generate(int32_t id) {
 
 void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiError> error) {
   Lane& lane = lanes_[id];
-  (void)engine_->Clear(id);
+  // Keep the prompt's KV for the next request when it was fully computed (generated tokens are
+  // cut off: they were decoded one at a time, not in the prompt's batches).
+  LaneMemory& held = held_[static_cast<size_t>(id)];
+  held = LaneMemory{};
+  const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
+  if (!error && cache_->LaneReuse() && n > 0 && lane.pos >= n &&
+      engine_->Truncate(id, static_cast<int32_t>(n)).ok() && engine_->SequenceLength(id) == static_cast<int32_t>(n)) {
+    held.tokens = lane.job->prompt().tokens;
+    held.cache_namespace = lane.scope.cache_namespace;
+  } else {
+    (void)engine_->Clear(id);
+  }
   const Clock::time_point now = Clock::now();
   if (lane.prefill_done != Clock::time_point{}) {
     lane.timings.prompt_ms = MsBetween(lane.started, lane.prefill_done);

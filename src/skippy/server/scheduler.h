@@ -171,6 +171,13 @@ class Scheduler {
   };
   std::deque<Control> controls_;
   std::vector<Lane> lanes_;  // engine thread only
+  // What each lane still holds from its last request (ServingCache::LaneReuse): the prompt tokens
+  // whose cells are in the lane, and the cache namespace they belong to. Engine thread only.
+  struct LaneMemory {
+    std::vector<runtime::Token> tokens;
+    std::string cache_namespace;
+  };
+  std::vector<LaneMemory> held_;
   std::thread thread_;
 };
 

@@ -94,7 +94,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
   PrefillPlan plan;
   const size_t n = prompt.size();
   std::vector<size_t> ends;
-  const size_t chunk = std::max<uint32_t>(1, options_.prefill_chunk);
+  const size_t chunk = PrefillChunk();
   for (size_t e = chunk; e < n; e += chunk) ends.push_back(e);
   ends.push_back(n);
   // Exact-boundary families need their records decided before prefill: recurrent state cannot be
@@ -114,7 +114,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
-    if (ExactBoundaryResident() && engine_.cache_seq_count() > 0) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
+    if (ExactBoundaryResident()) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
     ro.restored_tokens = 0;  // the plan depends on the prompt alone
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
@@ -130,40 +130,66 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
   return plan;
 }
 
-RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
+RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                                     size_t lane_tokens) {
   RestoreOutcome out;
-  if (!enabled_ || !engine_.family().enabled) {
-    out.miss_reason = "cache-disabled";
+  auto miss = [&](std::string reason) {
+    (void)engine_.Clear(lane);
+    out = RestoreOutcome{};
+    out.miss_reason = std::move(reason);
     return out;
-  }
+  };
+  if (!enabled_ || !engine_.family().enabled) return miss("cache-disabled");
   const size_t n = prompt.size();
   std::shared_ptr<const cache::DecodedResult> decoded;
   if (auto d = cache_->GetDecoded(scope, prompt); d.ok()) decoded = *d;
   const std::span<const Token> key = decoded ? prompt : prompt.first(n - 1);
-  if (key.empty()) {
-    out.miss_reason = "never-seen";
-    return out;
-  }
+  if (key.empty()) return miss("never-seen");
+  size_t keep = AlignServed(std::min(lane_tokens, key.size()), n);
   auto lr = cache_->Lookup(scope, key);
   if (!lr.ok()) {
     Warn("lookup", lr.status());
-    out.miss_reason = "restore-failed";
+    return miss("restore-failed");
+  }
+  std::optional<cache::Match> match = lr->match;
+  if (match) {
+    match->usable_tokens = AlignServed(match->usable_tokens, n);
+    if (match->usable_tokens == 0) {
+      if (auto freed = cache_->Release(match->entry.id); freed.ok() && freed->has_value()) Free(**freed);
+      match.reset();
+    }
+  }
+  if (keep > 0 && engine_.model().n_swa() > 0 && engine_.SequenceFirstPosition(lane) != 0) {
+    keep = 0;  // the lane lost early sliding-window cells (never expected with a full-size SWA cache)
+  }
+  if (match && keep >= match->usable_tokens) {
+    // The lane already holds at least as much: no entry is needed.
+    if (auto freed = cache_->Release(match->entry.id); freed.ok() && freed->has_value()) Free(**freed);
+    match.reset();
+  }
+  if (!match) {
+    if (keep == 0) return miss(std::string(cache::MissReasonName(lr->miss_reason)));
+    if (Status t = engine_.Truncate(lane, static_cast<int32_t>(keep)); !t.ok()) {
+      Warn("lane reuse", t);
+      return miss("restore-failed");
+    }
+    ++lane_hits_;
+    out.restored = keep;
+    out.payload = std::string(cache::PayloadKindName(PayloadKind::kResidentKv));
+    if (decoded && keep == n) out.decoded = std::move(decoded);
     return out;
   }
-  if (!lr->hit()) {
-    out.miss_reason = std::string(cache::MissReasonName(lr->miss_reason));
-    return out;
-  }
-  const cache::Match m = *lr->match;
+  const cache::Match m = *match;
   Status s;
+  bool refused = false;
   if (m.entry.desc.kind == PayloadKind::kResidentKv && SlidingWindowExact(m.entry.tokens) &&
       m.usable_tokens < m.entry.tokens) {
-    out.miss_reason = "swa-shorter-prefix";
+    refused = true;
   } else if (m.entry.desc.kind == PayloadKind::kResidentKv && m.entry.desc.seq_id != cache::kNoSequence) {
     s = engine_.RestoreResident({m.entry.desc.seq_id, static_cast<int32_t>(m.entry.tokens)}, lane,
                                 static_cast<int32_t>(m.usable_tokens));
   } else if (m.entry.desc.kind == PayloadKind::kResidentKv) {
-    // A spilled entry: import its KV into the lane, then cut it to the usable prefix.
+    // A stored (or spilled) entry: import its KV into the lane, then cut it to the usable prefix.
     auto bytes = store_->Get(m.entry.desc.payload_id);
     s = bytes.ok() ? engine_.ImportResident(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), lane)
                    : bytes.status();
@@ -176,17 +202,30 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
                    : bytes.status();
   }
   if (auto freed = cache_->Release(m.entry.id); freed.ok() && freed->has_value()) Free(**freed);
-  if (!out.miss_reason.empty()) return out;
+  if (refused) return miss("swa-shorter-prefix");
   if (!s.ok() || engine_.SequenceLength(lane) != static_cast<int32_t>(m.usable_tokens)) {
     if (!s.ok()) Warn("restore", s);
-    (void)engine_.Clear(lane);
-    out.miss_reason = "restore-failed";
-    return out;
+    return miss("restore-failed");
   }
   out.restored = m.usable_tokens;
   out.payload = std::string(cache::PayloadKindName(m.entry.desc.kind));
   if (decoded && out.restored == n) out.decoded = std::move(decoded);
   return out;
+}
+
+size_t ServingCache::PrefillChunk() const {
+  const size_t chunk = std::max<uint32_t>(1, options_.prefill_chunk);
+  return engine_.family().batch_sensitive ? std::min(chunk, kBatchGrid) : chunk;
+}
+
+size_t ServingCache::AlignServed(size_t tokens, size_t prompt_tokens) const {
+  if (!engine_.family().batch_sensitive || tokens == prompt_tokens) return tokens;
+  return tokens / kBatchGrid * kBatchGrid;
+}
+
+bool ServingCache::LaneReuse() const {
+  return enabled_ && engine_.family().enabled && engine_.family().payload == PayloadKind::kResidentKv &&
+         engine_.cache_seq_count() == 0 && (engine_.model().n_swa() == 0 || engine_.context().options().swa_full);
 }
 
 void ServingCache::Free(const cache::EntryInfo& info, bool release_payload) {
@@ -219,6 +258,10 @@ void ServingCache::Spill(const cache::EntryInfo& e) {
     return;
   }
   Registered reg = std::move(it->second);
+  if (!StorableResident(reg.tokens.size())) {
+    Free(e);
+    return;
+  }
   auto bytes = engine_.ExportResident(e.desc.seq_id);
   Free(e);  // the cache sequence is cleared before its id is handed out again
   if (!bytes.ok()) {
@@ -296,7 +339,7 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   rq.exact_only = SlidingWindowExact(prompt.size());
   if (engine_.cache_seq_count() == 0 || prompt.size() > options_.cache_tokens) {
     // No resident tier, or longer than the whole resident cap: straight to the payload store.
-    if (engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
+    if (!StorableResident(prompt.size()) || engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
       ++record_skips_;
       return;
     }
@@ -380,6 +423,7 @@ nlohmann::json ServingCache::StatsJson() const {
       {"record_skips", record_skips_.load()},
       {"spills", spills_.load()},
       {"stored_hits", stored_hits_.load()},
+      {"lane_hits", lane_hits_.load()},
       {"resident_tokens", s.pool.resident_tokens},
       {"free_sequences", s.pool.free_sequences},
       {"payload_store",

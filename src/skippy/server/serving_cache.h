@@ -72,9 +72,25 @@ class ServingCache {
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
   PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries) const;
 
+  // lane_tokens: how many of the prompt's first tokens the lane already holds, computed by an
+  // earlier prompt's prefill in the same scope (LaneReuse only; else 0). When that is at least what
+  // the cache offers, the lane is cut to it and nothing is imported. On a miss the lane is cleared.
   // Never leaves the lane half-restored: on any failure the lane is cleared and the outcome is a
   // miss with reason "restore-failed".
-  RestoreOutcome Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
+  RestoreOutcome Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
+                         size_t lane_tokens = 0);
+  // Whether a lane may keep its last prompt's KV for the next request (ResidentKv families, one
+  // stream per lane, sliding-window layers full-size so no cell of the lane is ever overwritten):
+  // cutting it to a shared prefix gives the cells a recompute would put in the same places.
+  bool LaneReuse() const;
+
+  // Batch-sensitive families (FamilyDecision::batch_sensitive) compute a token differently in a
+  // 64+-row batch than in a shorter one. They prefill in chunks of kBatchGrid tokens at multiples of
+  // it, and a hit serves only a multiple of kBatchGrid (or the whole prompt of an exact repeat):
+  // every restored token then came from a full kBatchGrid-row chunk, as it does in a recompute.
+  static constexpr size_t kBatchGrid = 64;
+  size_t PrefillChunk() const;
+  size_t AlignServed(size_t tokens, size_t prompt_tokens) const;
   void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix);
   void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
   void PutDecoded(const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
@@ -85,16 +101,23 @@ class ServingCache {
   size_t Clear(const std::optional<std::string>& tenant_namespace);
 
   bool enabled() const { return enabled_; }
-  // ResidentKv entries of a sliding-window model serve only their exact length, so they are
-  // recorded at the planned boundaries during prefill (like KvRecurrent), not only at the end.
-  bool ExactBoundaryResident() const {
+  bool SlidingWindowResident() const {
     return engine_.family().payload == cache::PayloadKind::kResidentKv && engine_.model().n_swa() > 0;
   }
+  // With --kv-unified, ResidentKv entries of a sliding-window model are resident cache sequences
+  // that serve only their exact length, so they are recorded at the planned boundaries during
+  // prefill (like KvRecurrent), not only at the end.
+  bool ExactBoundaryResident() const { return SlidingWindowResident() && engine_.cache_seq_count() > 0; }
   // A sliding-window entry longer than the window keeps only the window of its last tokens in the
   // SWA layers, so it serves its exact length only; one within the window serves shorter prefixes.
   bool SlidingWindowExact(size_t entry_tokens) const {
-    return ExactBoundaryResident() && entry_tokens > static_cast<size_t>(engine_.model().n_swa());
+    return SlidingWindowResident() && entry_tokens > static_cast<size_t>(engine_.model().n_swa());
   }
+  // Whether a ResidentKv prefix of this length may go to the payload store. A sliding-window export
+  // longer than the window holds only the window, which an import places at the start of the lane's
+  // stream rather than where a recompute puts it; flash attention's tiled path groups cells by
+  // absolute index, so such a hit is not bit-exact (tests/runtime PerLaneStreams) and is not stored.
+  bool StorableResident(size_t entry_tokens) const { return !SlidingWindowExact(entry_tokens); }
   nlohmann::json StatsJson() const;
   void FillGauges(Gauges& g) const;
 
@@ -134,6 +157,7 @@ class ServingCache {
   std::atomic<uint64_t> record_skips_{0};
   std::atomic<uint64_t> spills_{0};
   std::atomic<uint64_t> stored_hits_{0};
+  std::atomic<uint64_t> lane_hits_{0};
 };
 
 }  // namespace skippy::server
