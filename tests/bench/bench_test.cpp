@@ -276,6 +276,31 @@ TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
   EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "serve-compare.md"));
 }
 
+TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {
+  const fs::path dir = fs::temp_directory_path() / StrCat("skippy-sc-render-", ::getpid());
+  fs::create_directories(dir);
+  EXPECT_EQ(bench::RenderServeCompare(dir.string()).code(), absl::StatusCode::kNotFound);
+  std::ofstream(dir / "serve-compare.json") << "{\"runs\": []}";
+  EXPECT_EQ(bench::RenderServeCompare(dir.string()).code(), absl::StatusCode::kInvalidArgument);
+  auto row = [](const char* server, double p50, int reused) {
+    return json{{"family", "llama"}, {"workload", "shared-prefix"}, {"server", server}, {"ttft_p50_ms", p50},
+                {"prompt_tokens_reused", reused}};
+  };
+  json doc = {{"synthetic_weights", true}, {"settings", {{"ttft_slo_ms", 500}}}, {"concurrency_sweep", json::array()},
+              {"summary", {row("skippy", 20.0, 900), row("llama-default", 40.0, 800), row("llama-matched", 50.0, 0),
+                           // a workload without all three servers gets no head-to-head row
+                           json{{"family", "llama"}, {"workload", "agent-loop"}, {"server", "skippy"}, {"ttft_p50_ms", 9.0}}}}};
+  doc["summary"][0]["agreement"] = "6/6";
+  std::ofstream(dir / "serve-compare.json") << doc.dump();
+  ASSERT_TRUE(bench::RenderServeCompare(dir.string()).ok());
+  std::ifstream in(dir / "serve-compare.md");
+  const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| llama | shared-prefix | 20.0 | 40.0 | 50.0 | 2.00x | 900 / 800 | 6/6 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| llama | agent-loop | 9.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("Synthetic-weight"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(BenchCli, BadArgumentsExitWithCodeTwo) {
   const std::string bin = StrCat(SKIPPY_TEST_BIN_DIR, "/skippy-bench");
   auto rc = [&](const std::string& args) { return WEXITSTATUS(std::system((bin + " " + args + " >/dev/null 2>&1").c_str())); };

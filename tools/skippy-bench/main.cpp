@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--model-dir", sc.model_dir, "real GGUFs named <family-key>.gguf");
   cmp->add_option("--zoo-preset", sc_preset, "zoo preset")->capture_default_str();
   cmp->add_option("--zoo-dir", sc.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
+  bool sc_render_only = false;
+  cmp->add_flag("--render-only", sc_render_only, "rewrite serve-compare.md from the JSON in --output-dir; run nothing");
   std::string sc_sweep;
   cmp->add_option("--concurrency-sweep", sc_sweep, "comma-separated client counts, e.g. 1,2,4,8");
 
@@ -174,6 +176,11 @@ int main(int argc, char** argv) {
       if (!sweep_doc.ok()) return Fail(sweep_doc.status());
       std::fprintf(stderr, "[bench] concurrency sweep -> %s/concurrency-sweep.json\n", o.output_dir.c_str());
     }
+    return 0;
+  }
+  if (*cmp && sc_render_only) {
+    if (absl::Status st = skippy::bench::RenderServeCompare(sc.output_dir); !st.ok()) return Fail(st);
+    std::fprintf(stderr, "[serve-compare] -> %s/serve-compare.md\n", sc.output_dir.c_str());
     return 0;
   }
   if (*cmp) {

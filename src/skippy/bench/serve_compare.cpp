@@ -63,12 +63,46 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, double slo_ms)
           {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
 }
 
+// Skippy against both llama-server runs, one row per (family, workload) that has all three.
+std::string HeadToHead(const json& doc) {
+  std::map<std::pair<std::string, std::string>, std::map<std::string, const json*>> rows;
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const json& r : doc["summary"]) {
+    auto key = std::make_pair(r.value("family", ""), r.value("workload", ""));
+    if (!rows.count(key)) order.push_back(key);
+    rows[key][r.value("server", "")] = &r;
+  }
+  std::string md =
+      "| Family | Workload | Skippy TTFT p50 ms | llama-server (default) | llama-server (--cache-ram 0) | "
+      "vs faster llama-server | prompt tokens reused: Skippy / llama default | outputs agree |\n"
+      "|---|---|---:|---:|---:|---:|---|---|\n";
+  size_t shown = 0;
+  for (const auto& key : order) {
+    const auto& by = rows[key];
+    if (!by.count("skippy") || !by.count("llama-default") || !by.count("llama-matched")) continue;
+    const json& sk = *by.at("skippy");
+    const json& ld = *by.at("llama-default");
+    const json& lm = *by.at("llama-matched");
+    const double s = sk.value("ttft_p50_ms", 0.0);
+    const double best = std::min(ld.value("ttft_p50_ms", 0.0), lm.value("ttft_p50_ms", 0.0));
+    md += StrCat("| ", key.first, " | ", key.second, " | ", fmt::format("{:.1f}", s), " | ",
+                 fmt::format("{:.1f}", ld.value("ttft_p50_ms", 0.0)), " | ", fmt::format("{:.1f}", lm.value("ttft_p50_ms", 0.0)),
+                 " | ", s > 0 ? fmt::format("{:.2f}x", best / s) : std::string("-"), " | ",
+                 sk.value("prompt_tokens_reused", int64_t{0}), " / ", ld.value("prompt_tokens_reused", int64_t{0}), " | ",
+                 sk.contains("agreement") ? sk["agreement"].get<std::string>() : "-", " |\n");
+    ++shown;
+  }
+  return shown > 0 ? md : std::string();
+}
+
 std::string Markdown(const json& doc) {
   std::string md = StrCat("# skippy-server vs llama-server\n\n",
                           doc.value("synthetic_weights", true) ? "Synthetic-weight models (skippy-zoo); speed only, not quality.\n\n" : "",
                           "TTFT and end-to-end latency are measured at the client (same C++ client, streamed /completion). "
-                          "Medians over repeats of each run's p50.\n\n"
-                          "| Family | Workload | Server | TTFT p50 ms | TTFT p95 ms | e2e p50 ms | reused / recomputed prompt tokens | "
+                          "Medians over repeats of each run's p50. \"vs faster llama-server\" is the faster llama-server "
+                          "TTFT p50 divided by Skippy's (above 1x: Skippy is faster).\n\n");
+  if (std::string h = HeadToHead(doc); !h.empty()) md += h + "\n## All runs\n\n";
+  md += StrCat("| Family | Workload | Server | TTFT p50 ms | TTFT p95 ms | e2e p50 ms | reused / recomputed prompt tokens | "
                           "goodput rps | peak RSS MiB | outputs agree with llama-matched |\n"
                           "|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
   for (const json& r : doc["summary"]) {
@@ -97,6 +131,19 @@ std::string Markdown(const json& doc) {
 }
 
 }  // namespace
+
+Status RenderServeCompare(const std::string& output_dir) {
+  const fs::path in = fs::path(output_dir) / "serve-compare.json";
+  std::ifstream f(in);
+  if (!f) return absl::NotFoundError(StrCat("cannot read ", in.string()));
+  json doc = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("summary") || !doc["summary"].is_array() ||
+      !doc.contains("concurrency_sweep") || !doc.contains("settings")) {
+    return absl::InvalidArgumentError(StrCat(in.string(), " is not a serve-compare result"));
+  }
+  std::ofstream(fs::path(output_dir) / "serve-compare.md") << Markdown(doc);
+  return absl::OkStatus();
+}
 
 StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
   if (o.output_dir.empty()) return absl::InvalidArgumentError("--output-dir is required");

@@ -45,5 +45,8 @@ struct ServeCompareOptions {
 };
 
 StatusOr<nlohmann::json> RunServeCompare(const ServeCompareOptions& options);
+// Rewrites <output_dir>/serve-compare.md from <output_dir>/serve-compare.json (no servers run).
+// NotFound without the JSON, InvalidArgument if it is not a serve-compare result.
+[[nodiscard]] Status RenderServeCompare(const std::string& output_dir);
 
 }  // namespace skippy::bench
