@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,500 font 'sans,10'
-set output 'docs/evidence/serve-compare/goodput-deepseek2.png'
+set output '/tmp/evidence/serve-compare/goodput-deepseek2.png'
 set title 'deepseek2: goodput by concurrent clients (requests/s meeting the TTFT SLO)'
 set datafile missing '?'
 set style data histograms
@@ -11,4 +11,4 @@ set grid ytics
 set xtics rotate by -30 left
 set key outside right top
 set yrange [0:*]
-plot 'docs/evidence/serve-compare/goodput-deepseek2.dat' using 2:xtic(1) title columnheader, 'docs/evidence/serve-compare/goodput-deepseek2.dat' using 3 title columnheader, 'docs/evidence/serve-compare/goodput-deepseek2.dat' using 4 title columnheader
+plot '/tmp/evidence/serve-compare/goodput-deepseek2.dat' using 2:xtic(1) title columnheader, '/tmp/evidence/serve-compare/goodput-deepseek2.dat' using 3 title columnheader, '/tmp/evidence/serve-compare/goodput-deepseek2.dat' using 4 title columnheader

@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,500 font 'sans,10'
-set output 'docs/evidence/serve-compare/ttft-llama.png'
+set output '/tmp/evidence/serve-compare/ttft-llama.png'
 set title 'llama: TTFT p50 by workload (ms, lower is better)'
 set datafile missing '?'
 set style data histograms
@@ -11,4 +11,4 @@ set grid ytics
 set xtics rotate by -30 left
 set key outside right top
 set yrange [0:*]
-plot 'docs/evidence/serve-compare/ttft-llama.dat' using 2:xtic(1) title columnheader, 'docs/evidence/serve-compare/ttft-llama.dat' using 3 title columnheader, 'docs/evidence/serve-compare/ttft-llama.dat' using 4 title columnheader
+plot '/tmp/evidence/serve-compare/ttft-llama.dat' using 2:xtic(1) title columnheader, '/tmp/evidence/serve-compare/ttft-llama.dat' using 3 title columnheader, '/tmp/evidence/serve-compare/ttft-llama.dat' using 4 title columnheader
