@@ -250,7 +250,6 @@ void Scheduler::StartJob(int32_t id) {
   lane.sampler = std::move(*sampler);
 
   lane.scope = cache_->Scope(job.tenant_namespace());
-  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries);
   size_t lane_tokens = 0;
   LaneMemory& held = held_[static_cast<size_t>(id)];
   if (cache_->LaneReuse() && held.cache_namespace == lane.scope.cache_namespace) {
@@ -259,6 +258,7 @@ void Scheduler::StartJob(int32_t id) {
   }
   held = LaneMemory{};  // the lane changes from here on
   RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens);
+  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, r.restored);
   lane.pos = r.restored;
   lane.timings.cache_n = r.restored;
   lane.timings.prompt_n = prompt.size() - r.restored;

@@ -16,9 +16,9 @@ struct ServerOptions {
   uint32_t n_batch = 512;           // -b: llama.cpp batch (prefill chunks never exceed it)
   bool flash_attn = true;           // explicit (DESIGN.md: never "auto")
   uint32_t lane_count = 1;          // --runtime-lane-count
-  // Prefill chunking: prefill stops at every multiple of prefill_chunk and at every planned record
-  // boundary. The boundaries depend on the prompt alone, so a --no-cache run computes the same
-  // batches after any restore point a cache hit can start from.
+  // Prefill chunking: from the restored prefix, prefill stops every prefill_chunk tokens and at every
+  // planned record boundary (batch-sensitive families: at multiples of 64 from the prompt start,
+  // ServingCache::kBatchGrid). tests/server checks per family that outputs equal a --no-cache run.
   uint32_t prefill_chunk = 512;
 
   // Cache.

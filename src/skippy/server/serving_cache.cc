@@ -90,12 +90,17 @@ cache::PrefixScope ServingCache::Scope(const std::string& ns) const {
   return scope;
 }
 
-PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const size_t> message_boundaries) const {
+PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const size_t> message_boundaries,
+                               size_t restored) const {
   PrefillPlan plan;
   const size_t n = prompt.size();
   std::vector<size_t> ends;
   const size_t chunk = PrefillChunk();
-  for (size_t e = chunk; e < n; e += chunk) ends.push_back(e);
+  // Batch-sensitive families keep one grid for every prompt, so a restored multiple of it is
+  // followed by the batches a recompute makes; the others start the grid at the restored prefix
+  // (no extra batch boundary inside a short suffix).
+  const size_t origin = engine_.family().batch_sensitive ? 0 : std::min(restored, n);
+  for (size_t e = origin + chunk; e < n; e += chunk) ends.push_back(e);
   ends.push_back(n);
   // Exact-boundary families need their records decided before prefill: recurrent state cannot be
   // cut afterwards, and a sliding-window KV cache keeps only the window behind its last token.

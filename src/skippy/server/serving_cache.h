@@ -10,10 +10,10 @@
 //      whose whole prompt is restorable also returns the decoded-result entry (the last prompt
 //      position's logits), so nothing is prefilled. Without such an entry the lookup is made on
 //      prompt[0, n-1) so at least one token is decoded (state blobs carry no logits).
-//   2. Plan(prompt): the prefill chunk ends and the KvRecurrent record boundaries. Both depend on
-//      the prompt alone (multiples of prefill_chunk, record-plan boundaries computed as if nothing
-//      were restored, the prompt end), never on what the cache holds, so a cache-on run and a
-//      --no-cache run prefill the same batches after any boundary.
+//   2. Plan(prompt, restored): the prefill chunk ends and the KvRecurrent record boundaries. The
+//      record boundaries depend on the prompt alone (computed as if nothing were restored); the
+//      chunk grid starts at the restored prefix, or at 0 for batch-sensitive families (see
+//      kBatchGrid). tests/server checks per family that the result equals a --no-cache run.
 //   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
 //      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
 //      exact lengths); the prompt-end records (RecordResident, the last boundary, PutDecoded) once
@@ -70,7 +70,10 @@ class ServingCache {
                                                                       runtime::Engine& engine);
 
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
-  PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries) const;
+  // restored: the prefix already in the lane (Restore's outcome); the chunk grid starts there
+  // except for batch-sensitive families, whose grid starts at 0 for every prompt.
+  PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries,
+                   size_t restored) const;
 
   // lane_tokens: how many of the prompt's first tokens the lane already holds, computed by an
   // earlier prompt's prefill in the same scope (LaneReuse only; else 0). When that is at least what
