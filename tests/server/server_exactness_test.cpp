@@ -1,8 +1,8 @@
 // Exactness on the serving path: for dense (llama, glm4), SWA (gemma3), MoE + SWA (gemma4-a4b),
-// MLA + MoE (deepseek2), MoE (minimax-m27) and hybrid (qwen3next) families, a seeded generator of
-// prompts that share prefixes -- new prompts on a few shared bases, divergence inside a stored
-// prefix, exact repeats, and extensions of earlier prompts -- is sent to a cache-on server and to a
-// --no-cache server with the same prefill chunking (128 tokens, so batches reach flash
+// MLA + MoE (deepseek2), MoE (minimax-m27) and hybrid (qwen3next, falcon-h1) families, a seeded
+// generator of prompts that share prefixes -- new prompts on a few shared bases, divergence inside
+// a stored prefix, exact repeats, and extensions of earlier prompts -- is sent to a cache-on server
+// and to a --no-cache server with the same prefill chunking (128 tokens, so batches reach flash
 // attention's tiled path). Greedy outputs (token ids) must be identical, and the cache must
 // actually hit.
 #include <gtest/gtest.h>
@@ -138,7 +138,8 @@ TEST_P(ServingExactness, CacheOnMatchesNoCacheWithTheSameChunking) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", "gemma3", "deepseek2", "qwen3next", "minimax-m27", "glm4", "gemma4-a4b"),
+INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", "gemma3", "deepseek2", "qwen3next", "falcon-h1", "minimax-m27", "glm4",
+                                           "gemma4-a4b"),
                          ParamName);
 
 // --kv-unified: entries stay resident in cache sequences and lanes share their cells (zero copy).
