@@ -120,7 +120,11 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
     if (ExactBoundaryResident()) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
-    ro.restored_tokens = 0;  // the plan depends on the prompt alone
+    ro.restored_tokens = 0;
+    // A hit extends a prefix the cache already knows: the full-prompt, turn and tail records serve
+    // the next request of the same conversation or agent, and grid points inside the suffix would
+    // each cost another prefill batch. Only a batch-invariant family may plan by what was restored.
+    if (restored > 0 && !engine_.family().batch_sensitive) ro.stride = 0;
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
       plan.record_boundaries = rp->boundaries;
