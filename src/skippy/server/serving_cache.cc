@@ -164,7 +164,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   if (match) {
     match->usable_tokens = AlignServed(match->usable_tokens, n);
     if (match->usable_tokens == 0) {
-      if (auto freed = cache_->Release(match->entry.id); freed.ok() && freed->has_value()) Free(**freed);
+      ReleasePin(match->entry.id);
       match.reset();
     }
   }
@@ -173,7 +173,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   }
   if (match && keep >= match->usable_tokens) {
     // The lane already holds at least as much: no entry is needed.
-    if (auto freed = cache_->Release(match->entry.id); freed.ok() && freed->has_value()) Free(**freed);
+    ReleasePin(match->entry.id);
     match.reset();
   }
   if (!match) {
@@ -199,18 +199,13 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
                                 static_cast<int32_t>(m.usable_tokens));
   } else if (m.entry.desc.kind == PayloadKind::kResidentKv) {
     // A stored (or spilled) entry: import its KV into the lane, then cut it to the usable prefix.
-    auto bytes = store_->Get(m.entry.desc.payload_id);
-    s = bytes.ok() ? engine_.ImportResident(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), lane)
-                   : bytes.status();
+    s = ImportStored(m.entry.desc, lane);
     if (s.ok() && m.usable_tokens < m.entry.tokens) s = engine_.Truncate(lane, static_cast<int32_t>(m.usable_tokens));
     if (s.ok()) ++stored_hits_;
   } else {
-    auto bytes = store_->Get(m.entry.desc.payload_id);
-    s = bytes.ok() ? engine_.ImportState(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()),
-                                         lane, m.entry.desc.kind)
-                   : bytes.status();
+    s = ImportStored(m.entry.desc, lane);
   }
-  if (auto freed = cache_->Release(m.entry.id); freed.ok() && freed->has_value()) Free(**freed);
+  ReleasePin(m.entry.id);
   if (refused) return miss("swa-shorter-prefix");
   if (!s.ok() || engine_.SequenceLength(lane) != static_cast<int32_t>(m.usable_tokens)) {
     if (!s.ok()) Warn("restore", s);
@@ -220,6 +215,18 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   out.payload = std::string(cache::PayloadKindName(m.entry.desc.kind));
   if (decoded && out.restored == n) out.decoded = std::move(decoded);
   return out;
+}
+
+void ServingCache::ReleasePin(cache::EntryId id) {
+  if (auto freed = cache_->Release(id); freed.ok() && freed->has_value()) Free(**freed);
+}
+
+Status ServingCache::ImportStored(const cache::EntryDesc& desc, int32_t lane) {
+  auto bytes = store_->Get(desc.payload_id);
+  if (!bytes.ok()) return bytes.status();
+  const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+  return desc.kind == PayloadKind::kResidentKv ? engine_.ImportResident(data, lane)
+                                               : engine_.ImportState(data, lane, desc.kind);
 }
 
 size_t ServingCache::PrefillChunk() const {

@@ -130,6 +130,10 @@ class ServingCache {
   // Frees evicted entries; with `spill`, a resident entry's KV moves to the payload store instead.
   void FreeAll(const std::vector<cache::EntryInfo>& infos, bool spill = true);
   void Spill(const cache::EntryInfo& info);
+  // Drops the pin a Lookup took; frees the entry if it was erased meanwhile.
+  void ReleasePin(cache::EntryId id);
+  // Imports a payload-store entry (ResidentKv or KvRecurrent bytes) into `lane`.
+  Status ImportStored(const cache::EntryDesc& desc, int32_t lane);
   // Records exported bytes as a payload-store entry (no cache sequence). False if not recorded.
   bool StorePayload(const cache::PrefixScope& scope, std::span<const runtime::Token> tokens, cache::PayloadKind kind,
                     const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only);
