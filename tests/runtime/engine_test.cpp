@@ -182,9 +182,9 @@ TEST(EngineRestore, SlidingWindowEntryWithinTheWindowServesShorterPrefixes) {
 // from one lane and imported into another (fresh) lane lands in the same cells and continues byte
 // for byte like the source, with a 64+-row suffix batch (the tiled flash-attention path, which
 // groups cells into tiles by absolute index). A sliding-window export longer than the window holds
-// only the window, which an import places at the start of the stream instead of where the source
-// had it, and then differs in the last bits (measured on gemma2); so for SWA families the prompt
-// here stays within the window, and the server stores no longer SWA entries.
+// only the window; unpadded, an import put it at the start of the stream instead of where the
+// source had it and the continuation differed in the last bits (gemma2, gemma3). ImportResident
+// pads it back to position 0 (sequence_state.h), which this checks past the window.
 class PerLaneStreams : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PerLaneStreams, ImportedPromptContinuesLikeTheSource) {
@@ -199,24 +199,40 @@ TEST_P(PerLaneStreams, ImportedPromptContinuesLikeTheSource) {
   auto opened = Engine::Open(o);
   ASSERT_TRUE(opened.ok()) << opened.status();
   Engine& e = **opened;
-  const size_t prefix = e.model().n_swa() > 0 ? static_cast<size_t>(e.model().n_swa()) : 300;
+  // Sliding-window families: well past the window, so the export holds only the window.
+  const size_t prefix = e.model().n_swa() > 0 ? static_cast<size_t>(e.model().n_swa()) + 300 : 300;
   const auto all = Tokens(e, static_cast<int32_t>(prefix + 100));
   ASSERT_EQ(all.size(), prefix + 100);
   const std::span<const Token> t(all);
   const size_t first = std::min<size_t>(prefix, 128);
   ASSERT_TRUE(e.Decode(0, t.subspan(0, first), 0).ok());
-  if (prefix > first) ASSERT_TRUE(e.Decode(0, t.subspan(first, prefix - first), static_cast<int32_t>(first)).ok());
+  if (prefix > first) {
+    ASSERT_TRUE(e.Decode(0, t.subspan(first, prefix - first), static_cast<int32_t>(first)).ok());
+  }
   auto bytes = e.ExportResident(0);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   auto reference = e.Decode(0, t.subspan(prefix, 100), static_cast<int32_t>(prefix));
   ASSERT_TRUE(reference.ok());
-  ASSERT_TRUE(e.ImportResident(*bytes, 1).ok());
+  ASSERT_TRUE(e.ImportResident(*bytes, 1, t.first(prefix)).ok());
   auto hit = e.Decode(1, t.subspan(prefix, 100), static_cast<int32_t>(prefix));
   ASSERT_TRUE(hit.ok());
   EXPECT_TRUE(SameBytes(*hit, *reference)) << "max |diff| " << MaxAbsDiff(*hit, *reference);
+
+  // Below the imported length the SWA layers hold padding cells: the lane cannot be cut there.
+  const bool swa = e.model().n_swa() > 0;
+  EXPECT_EQ(e.PaddedPrefix(1), swa ? static_cast<int32_t>(prefix) : 0);
+  EXPECT_EQ(e.Truncate(1, static_cast<int32_t>(prefix) - 1).code(),
+            swa ? absl::StatusCode::kFailedPrecondition : absl::StatusCode::kOk);
+  if (swa) {
+    EXPECT_EQ(e.SequenceLength(1), static_cast<int32_t>(prefix + 100));
+    EXPECT_TRUE(e.Truncate(1, static_cast<int32_t>(prefix)).ok());
+    EXPECT_TRUE(e.Truncate(1, 0).ok());
+    EXPECT_EQ(e.PaddedPrefix(1), 0);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PerLaneStreams, ::testing::Values("llama", "deepseek2", "gemma3", "gemma2"));
+INSTANTIATE_TEST_SUITE_P(Families, PerLaneStreams,
+                         ::testing::Values("llama", "deepseek2", "gemma3", "gemma2", "gemma4-a4b", "gemma4-e4b"));
 
 TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {
   auto e = Open("llama", 2);

@@ -4,6 +4,7 @@
 #include "skippy/common/digest.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/llama_backend.h"
+#include "skippy/runtime/sequence_state.h"
 
 namespace skippy::runtime {
 
@@ -27,6 +28,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   ContextOptions co = options.context;
   co.n_seq_max = options.lane_count + options.cache_seq_count;
   SKIPPY_ASSIGN_OR_RETURN(e->context_, Context::Create(*e->model_, co));
+  e->padded_prefix_.assign(co.n_seq_max, 0);
 
   e->facts_.arch = e->model_->arch();
   e->facts_.family_key = e->model_->MetaString("skippy.zoo.family").value_or("");
@@ -77,6 +79,20 @@ Status Engine::Clear(int32_t seq) {
   SKIPPY_RETURN_IF_ERROR(CheckSeq(seq));
   // Removing a whole sequence never fails, recurrent memory included.
   llama_memory_seq_rm(llama_get_memory(context_->raw()), seq, -1, -1);
+  padded_prefix_[seq] = 0;
+  return absl::OkStatus();
+}
+
+int32_t Engine::PaddedPrefix(int32_t seq) const {
+  return CheckSeq(seq).ok() ? padded_prefix_[seq] : 0;
+}
+
+Status Engine::CheckCut(int32_t seq, int32_t n_tokens) const {
+  if (n_tokens > 0 && n_tokens < padded_prefix_[seq]) {
+    return absl::FailedPreconditionError(
+        StrCat("sequence ", seq, " came from a padded sliding-window import of ", padded_prefix_[seq],
+               " tokens: cut to ", n_tokens, ", its window would hold padding cells"));
+  }
   return absl::OkStatus();
 }
 
@@ -98,9 +114,11 @@ StatusOr<ResidentRecord> Engine::RecordResident(int32_t lane, int32_t n_tokens, 
   if (n_tokens <= 0 || n_tokens > have) {
     return absl::InvalidArgumentError(StrCat("cannot record ", n_tokens, " tokens: lane ", lane, " holds ", have));
   }
+  SKIPPY_RETURN_IF_ERROR(CheckCut(lane, n_tokens));
   llama_memory_t mem = llama_get_memory(context_->raw());
   llama_memory_seq_rm(mem, cache_seq, -1, -1);
   llama_memory_seq_cp(mem, lane, cache_seq, 0, n_tokens);
+  padded_prefix_[cache_seq] = padded_prefix_[lane];
   return ResidentRecord{cache_seq, n_tokens};
 }
 
@@ -121,9 +139,11 @@ Status Engine::RestoreResident(const ResidentRecord& record, int32_t lane, int32
         "a sliding-window cache keeps only the window of its last tokens: an SWA entry longer than the window "
         "serves its exact length");
   }
+  SKIPPY_RETURN_IF_ERROR(CheckCut(record.cache_seq, n_tokens));
   llama_memory_t mem = llama_get_memory(context_->raw());
   llama_memory_seq_rm(mem, lane, -1, -1);
   llama_memory_seq_cp(mem, record.cache_seq, lane, 0, n_tokens);
+  padded_prefix_[lane] = padded_prefix_[record.cache_seq];
   return absl::OkStatus();
 }
 
@@ -143,26 +163,41 @@ StatusOr<std::vector<uint8_t>> Engine::ExportResident(int32_t seq) {
   return bytes;
 }
 
-Status Engine::ImportResident(std::span<const uint8_t> bytes, int32_t lane) {
+Status Engine::ImportResident(std::span<const uint8_t> bytes, int32_t lane, std::span<const Token> tokens) {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, PayloadKind::kResidentKv));
   if (bytes.empty()) return absl::InvalidArgumentError("empty resident payload");
+  std::vector<uint8_t> padded;
+  bool padding = false;
+  if (model_->n_swa() > 0) {
+    // The window goes back to the cells a recompute leaves it in (see sequence_state.h).
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<KvBlockShape> blocks, ParseKvSequenceState(bytes));
+    for (const KvBlockShape& b : blocks) padding = padding || b.first_pos > 0;
+    if (padding) {
+      SKIPPY_ASSIGN_OR_RETURN(padded, PadToPositionZero(bytes, tokens));
+      bytes = padded;
+    }
+  }
   llama_memory_t mem = llama_get_memory(context_->raw());
   llama_memory_seq_rm(mem, lane, -1, -1);
+  padded_prefix_[lane] = 0;
   if (llama_state_seq_set_data(context_->raw(), bytes.data(), bytes.size(), lane) == 0) {
     llama_memory_seq_rm(mem, lane, -1, -1);
     return absl::DataLossError(StrCat("llama.cpp rejected the resident payload for lane ", lane, ": ", TakeLlamaLogTail()));
   }
+  if (padding) padded_prefix_[lane] = SequenceLength(lane);
   return absl::OkStatus();
 }
 
 Status Engine::Truncate(int32_t lane, int32_t n_tokens) {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   if (n_tokens < 0) return absl::InvalidArgumentError("negative length");
+  SKIPPY_RETURN_IF_ERROR(CheckCut(lane, n_tokens));
   if (!llama_memory_seq_rm(llama_get_memory(context_->raw()), lane, n_tokens, -1)) {
     return absl::FailedPreconditionError(
         StrCat("lane ", lane, " cannot be cut to ", n_tokens, " tokens (recurrent state cannot be truncated)"));
   }
+  if (n_tokens == 0) padded_prefix_[lane] = 0;
   return absl::OkStatus();
 }
 
@@ -205,6 +240,7 @@ Status Engine::ImportState(std::span<const uint8_t> bytes, int32_t lane, Payload
   SKIPPY_RETURN_IF_ERROR(cache::FamilyPolicy().ValidateRequest(family_, kind, /*allow_diagnostic=*/true));
   if (bytes.empty()) return absl::InvalidArgumentError("empty state payload");
   llama_memory_seq_rm(llama_get_memory(context_->raw()), lane, -1, -1);
+  padded_prefix_[lane] = 0;
   const size_t read = llama_state_seq_set_data_ext(context_->raw(), bytes.data(), bytes.size(), lane, FlagsFor(kind));
   if (read == 0) {
     llama_memory_seq_rm(llama_get_memory(context_->raw()), lane, -1, -1);

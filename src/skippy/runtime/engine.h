@@ -74,6 +74,12 @@ class Engine {
   // Removes everything in a lane or a cache sequence. Never fails for a valid id.
   Status Clear(int32_t seq);
 
+  // A sequence restored from a padded sliding-window import (ImportResident) of n tokens holds
+  // zero-data SWA cells below n - window, masked only while it is at least n long: Truncate,
+  // RecordResident and RestoreResident refuse (FailedPrecondition) a length in (0, n) for it, and
+  // this returns n (0 for any other sequence).
+  int32_t PaddedPrefix(int32_t seq) const;
+
   // Decodes tokens into `lane` at positions [pos0, pos0 + n), split only at n_batch, and returns
   // the last token's logits. REQUIRES: pos0 == SequenceLength(lane) (contiguous append).
   StatusOr<std::vector<float>> Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0);
@@ -93,8 +99,11 @@ class Engine {
   // exports only the window of its last tokens, so such bytes serve their exact length only.
   StatusOr<std::vector<uint8_t>> ExportResident(int32_t seq);
   // Clears `lane` and imports bytes from ExportResident. DataLoss if llama.cpp rejects them (the
-  // lane is left empty). Truncate the lane afterwards to serve a shorter prefix.
-  Status ImportResident(std::span<const uint8_t> bytes, int32_t lane);
+  // lane is left empty). Truncate the lane afterwards to serve a shorter prefix. Sliding-window
+  // models: the export is first padded back to position 0 (PadToPositionZero), so the window lands
+  // in the cells a recompute leaves it in; `tokens` are the entry's tokens (a cell ext carries token
+  // ids). FailedPrecondition if the export's layout is not recognised (nothing imported then).
+  Status ImportResident(std::span<const uint8_t> bytes, int32_t lane, std::span<const Token> tokens = {});
 
   // Drops tokens at positions >= n_tokens from a lane (attention KV only: recurrent memory cannot
   // be cut shorter, which is FailedPrecondition). Used by borrowed resident hits to roll back.
@@ -116,6 +125,7 @@ class Engine {
   Status CheckLane(int32_t lane) const;
   Status CheckCacheSeq(int32_t seq) const;
   Status CheckSeq(int32_t seq) const;
+  Status CheckCut(int32_t seq, int32_t n_tokens) const;
 
   EngineOptions options_;
   std::unique_ptr<Model> model_;
@@ -123,6 +133,7 @@ class Engine {
   cache::ModelFacts facts_;
   cache::FamilyDecision family_;
   std::string model_digest_;
+  std::vector<int32_t> padded_prefix_;  // per sequence id, see PaddedPrefix
 };
 
 }  // namespace skippy::runtime

@@ -1,0 +1,207 @@
+#include "skippy/runtime/sequence_state.h"
+
+#include <cstring>
+#include <optional>
+
+#include "skippy/common/strings.h"
+
+namespace skippy::runtime {
+namespace {
+
+constexpr uint32_t kCellExtBytes = 12;  // llama_kv_cell_ext: i32 x, i32 y, i32 tok
+constexpr uint32_t kMaxLayers = 4096;
+constexpr uint64_t kMaxRowBytes = uint64_t{1} << 26;
+
+// Reads the blob front to back; `out`, when set, receives the blob with the padding inserted.
+class Walker {
+ public:
+  Walker(std::span<const uint8_t> in, std::vector<uint8_t>* out) : in_(in), out_(out) {}
+
+  bool Done() const { return at_ == in_.size(); }
+  size_t at() const { return at_; }
+
+  template <typename T>
+  std::optional<T> Peek(size_t offset = 0) const {
+    T v;
+    const size_t start = at_ + offset;
+    if (start > in_.size() || in_.size() - start < sizeof(T)) return std::nullopt;
+    std::memcpy(&v, in_.data() + at_ + offset, sizeof(T));
+    return v;
+  }
+  template <typename T>
+  std::optional<T> Read() {
+    auto v = Peek<T>();
+    if (v) at_ += sizeof(T);
+    return v;
+  }
+  // Copies the next n input bytes to the output.
+  bool Copy(size_t n) {
+    if (in_.size() - at_ < n) return false;
+    if (out_) out_->insert(out_->end(), in_.begin() + at_, in_.begin() + at_ + n);
+    at_ += n;
+    return true;
+  }
+  bool Skip(size_t n) {
+    if (in_.size() - at_ < n) return false;
+    at_ += n;
+    return true;
+  }
+  template <typename T>
+  void Emit(const T& v) {
+    if (!out_) return;
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out_->insert(out_->end(), p, p + sizeof(T));
+  }
+  void EmitZeros(size_t n) {
+    if (out_) out_->insert(out_->end(), n, 0);
+  }
+
+ private:
+  std::span<const uint8_t> in_;
+  std::vector<uint8_t>* out_;
+  size_t at_ = 0;
+};
+
+Status Malformed(size_t at, std::string_view what) {
+  return absl::FailedPreconditionError(
+      StrCat("sequence state not in the KV layout this build knows (byte ", at, "): ", what));
+}
+
+// Whether `cell_count` cells of `ext` ext bytes each, from the current offset, are single-sequence
+// cells of `seq_id` at consecutive positions, followed by a plausible data header. Sets *first_pos.
+bool CellsFit(const Walker& w, uint32_t cell_count, uint32_t ext, int32_t seq_id, int32_t* first_pos) {
+  const size_t stride = 4 + 4 + ext + 4;
+  for (uint32_t i = 0; i < cell_count; ++i) {
+    const size_t base = i * stride;
+    auto pos = w.Peek<int32_t>(base);
+    auto n_seq = w.Peek<uint32_t>(base + 4);
+    auto seq = w.Peek<int32_t>(base + 8 + ext);
+    if (!pos || !n_seq || !seq || *n_seq != 1 || *seq != seq_id) return false;
+    if (i == 0) {
+      if (*pos < 0) return false;
+      *first_pos = *pos;
+    } else if (*pos != *first_pos + static_cast<int32_t>(i)) {
+      return false;
+    }
+  }
+  auto v_trans = w.Peek<uint32_t>(cell_count * stride);
+  auto n_layer = w.Peek<uint32_t>(cell_count * stride + 4);
+  return v_trans && n_layer && *v_trans <= 1 && *n_layer >= 1 && *n_layer <= kMaxLayers;
+}
+
+// One layer's rows: {i32 type, u64 row_bytes, cell_count rows}, with `pad` zero rows first.
+Status WalkRows(Walker& w, uint32_t cell_count, uint32_t pad) {
+  auto type = w.Read<int32_t>();
+  auto row = w.Read<uint64_t>();
+  if (!type || !row || *type < 0 || *row == 0 || *row > kMaxRowBytes) return Malformed(w.at(), "bad row header");
+  w.Emit(*type);
+  w.Emit(*row);
+  w.EmitZeros(static_cast<size_t>(*row) * pad);
+  if (!w.Copy(static_cast<size_t>(*row) * cell_count)) return Malformed(w.at(), "rows cut short");
+  return absl::OkStatus();
+}
+
+// A transposed V layer: {i32 type, u32 el_bytes, u32 n_embd, n_embd runs of cell_count elements}.
+Status WalkTransposed(Walker& w, uint32_t cell_count, uint32_t pad) {
+  auto type = w.Read<int32_t>();
+  auto el = w.Read<uint32_t>();
+  auto n_embd = w.Read<uint32_t>();
+  if (!type || !el || !n_embd || *type < 0 || *el == 0 || *el > 16 || *n_embd == 0 || *n_embd > kMaxRowBytes) {
+    return Malformed(w.at(), "bad transposed V header");
+  }
+  w.Emit(*type);
+  w.Emit(*el);
+  w.Emit(*n_embd);
+  for (uint32_t j = 0; j < *n_embd; ++j) {
+    w.EmitZeros(static_cast<size_t>(*el) * pad);
+    if (!w.Copy(static_cast<size_t>(*el) * cell_count)) return Malformed(w.at(), "V runs cut short");
+  }
+  return absl::OkStatus();
+}
+
+// Walks one stream with cells. With `tokens` (padding), emits cells for [0, first_pos) first.
+Status WalkStream(Walker& w, uint32_t cell_count, int32_t seq_id, std::span<const int32_t> tokens, bool pad,
+                  KvBlockShape* shape) {
+  int32_t first = 0;
+  uint32_t ext = 0;
+  if (!CellsFit(w, cell_count, 0, seq_id, &first)) {
+    if (!CellsFit(w, cell_count, kCellExtBytes, seq_id, &first)) return Malformed(w.at(), "cells do not parse");
+    ext = kCellExtBytes;
+  }
+  *shape = KvBlockShape{first, cell_count, ext};
+  const uint32_t n_pad = pad ? static_cast<uint32_t>(first) : 0;
+  if (n_pad > 0 && ext > 0 && tokens.size() < n_pad) {
+    return absl::InvalidArgumentError(
+        StrCat("padding an export to position 0 needs its first ", n_pad, " tokens, got ", tokens.size()));
+  }
+  w.Emit(cell_count + n_pad);
+  for (uint32_t p = 0; p < n_pad; ++p) {
+    w.Emit(static_cast<int32_t>(p));
+    w.Emit(uint32_t{1});
+    if (ext > 0) {
+      w.Emit(int32_t{0});  // x, y: 2D positions, 0 for text
+      w.Emit(int32_t{0});
+      w.Emit(tokens[p]);
+    }
+    w.Emit(seq_id);
+  }
+  if (!w.Copy(static_cast<size_t>(cell_count) * (12 + ext))) return Malformed(w.at(), "cells cut short");
+  const uint32_t v_trans = *w.Read<uint32_t>();
+  const uint32_t n_layer = *w.Read<uint32_t>();
+  w.Emit(v_trans);
+  w.Emit(n_layer);
+  for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(WalkRows(w, cell_count, n_pad));
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    SKIPPY_RETURN_IF_ERROR(v_trans ? WalkTransposed(w, cell_count, n_pad) : WalkRows(w, cell_count, n_pad));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::span<const int32_t> tokens, bool pad,
+                                         std::vector<uint8_t>* out) {
+  Walker w(bytes, out);
+  auto magic = w.Read<uint32_t>();
+  auto seq_id = w.Read<int32_t>();
+  if (!magic || !seq_id) return Malformed(w.at(), "no header");
+  w.Emit(*magic);
+  w.Emit(*seq_id);
+  std::vector<KvBlockShape> blocks;
+  while (!w.Done()) {
+    auto n_stream = w.Read<uint32_t>();
+    if (!n_stream || *n_stream == 0 || *n_stream > 1024) return Malformed(w.at(), "bad stream count");
+    w.Emit(*n_stream);
+    bool found = false;
+    for (uint32_t s = 0; s < *n_stream; ++s) {
+      auto cell_count = w.Read<uint32_t>();
+      if (!cell_count) return Malformed(w.at(), "stream cut short");
+      if (*cell_count == 0) {
+        w.Emit(uint32_t{0});
+        continue;
+      }
+      if (found) return Malformed(w.at(), "one sequence in two streams");
+      found = true;
+      KvBlockShape shape;
+      SKIPPY_RETURN_IF_ERROR(WalkStream(w, *cell_count, *seq_id, tokens, pad, &shape));
+      blocks.push_back(shape);
+    }
+    if (!found) return Malformed(w.at(), "a KV block without cells");
+  }
+  if (blocks.empty()) return Malformed(w.at(), "no KV block");
+  return blocks;
+}
+
+}  // namespace
+
+StatusOr<std::vector<KvBlockShape>> ParseKvSequenceState(std::span<const uint8_t> bytes) {
+  return Walk(bytes, {}, /*pad=*/false, nullptr);
+}
+
+StatusOr<std::vector<uint8_t>> PadToPositionZero(std::span<const uint8_t> bytes, std::span<const int32_t> tokens) {
+  std::vector<uint8_t> out;
+  out.reserve(bytes.size());
+  auto blocks = Walk(bytes, tokens, /*pad=*/true, &out);
+  if (!blocks.ok()) return blocks.status();
+  return out;
+}
+
+}  // namespace skippy::runtime
