@@ -12,6 +12,9 @@ function check(cond, what) {
   }
 }
 
+// Long enough to be cached (skippy caches prompts of 64+ tokens).
+const system = 'You are a helpful assistant. '.repeat(16);
+
 (async () => {
   const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
 
@@ -22,7 +25,7 @@ function check(cond, what) {
   const chat = await client.chat.completions.create({
     model,
     messages: [
-      { role: 'system', content: 'You are a helpful assistant.' },
+      { role: 'system', content: system },
       { role: 'user', content: 'Say hello.' },
     ],
     max_tokens: 6,
@@ -35,7 +38,7 @@ function check(cond, what) {
   const again = await client.chat.completions.create({
     model,
     messages: [
-      { role: 'system', content: 'You are a helpful assistant.' },
+      { role: 'system', content: system },
       { role: 'user', content: 'Say hello.' },
     ],
     max_tokens: 6,

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "server_process.h"
@@ -22,7 +23,7 @@ class ServerHttp : public ::testing::Test {
   static void SetUpTestSuite() {
     server_ = ServerProcess::Start("llama",
                                    {"-c", "512", "--runtime-lane-count", "2", "--queue-size", "1", "--prefill-chunk",
-                                    "32", "--api-key", kKey, "--api-key", std::string(kTenantKey) + ":tenant-b",
+                                    "128", "--api-key", kKey, "--api-key", std::string(kTenantKey) + ":tenant-b",
                                     "--max-body-bytes", "65536"},
                                    "http")
                   .release();
@@ -62,6 +63,14 @@ std::vector<std::string> SseData(const std::string& body) {
   return out;
 }
 
+// A prompt long enough to be cached: the server caches prompts of 64+ tokens only, and a hit leaves
+// 64 tokens to prefill (ServingCache::kMinBatch).
+std::string Long(const std::string& sentence) {
+  std::string out;
+  for (int i = 0; i < 16; ++i) out += sentence + " ";
+  return out + sentence;
+}
+
 TEST_F(ServerHttp, HealthModelsAndLlamaCompletion) {
   auto anon = server_->Client();
   auto h = anon->Get("/health");
@@ -76,7 +85,7 @@ TEST_F(ServerHttp, HealthModelsAndLlamaCompletion) {
   ASSERT_EQ(models["data"].size(), 1u);
   EXPECT_EQ(models["data"][0]["id"], "llama");
 
-  json req = {{"prompt", "The exact prefix cache keeps the state of a shared prompt."}, {"n_predict", 8},
+  json req = {{"prompt", Long("The exact prefix cache keeps the state of a shared prompt.")}, {"n_predict", 8},
               {"temperature", 0}, {"ignore_eos", true}, {"cache_prompt", true}, {"return_tokens", true}};
   auto [s1, r1] = PostJson(*c, "/completion", req);
   ASSERT_EQ(s1, 200) << r1.dump();
@@ -95,8 +104,32 @@ TEST_F(ServerHttp, HealthModelsAndLlamaCompletion) {
   EXPECT_EQ(r2["timings"]["prompt_n"], 0);
   EXPECT_TRUE(r2["skippy"]["decoded_result_hit"].get<bool>());
 
+  // n_probs: greedy picks the most likely token, log-probabilities are descending and sum below 1.
+  json probs_req = req;
+  probs_req["n_probs"] = 3;
+  auto [sp, rp] = PostJson(*c, "/completion", probs_req);
+  ASSERT_EQ(sp, 200) << rp.dump();
+  ASSERT_EQ(rp["completion_probabilities"].size(), 8u) << rp.dump();
+  for (size_t i = 0; i < 8; ++i) {
+    const json& t = rp["completion_probabilities"][i];
+    EXPECT_EQ(t["id"], rp["tokens"][i]);
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    EXPECT_EQ(t["top_logprobs"][0]["id"], t["id"]);
+    EXPECT_EQ(t["top_logprobs"][0]["logprob"], t["logprob"]);
+    double mass = 0, last = 0;
+    for (const json& c : t["top_logprobs"]) {
+      const double lp = c["logprob"].get<double>();
+      EXPECT_LE(lp, 0.0);
+      if (&c != &t["top_logprobs"][0]) EXPECT_LE(lp, last);
+      last = lp;
+      mass += std::exp(lp);
+    }
+    EXPECT_LT(mass, 1.0);
+    EXPECT_GT(mass, 0.0);
+  }
+
   // Seeded sampling repeats exactly too.
-  json seeded = {{"prompt", "Seeded sampling is reproducible."}, {"n_predict", 6}, {"temperature", 0.9},
+  json seeded = {{"prompt", Long("Seeded sampling is reproducible.")}, {"n_predict", 6}, {"temperature", 0.9},
                  {"seed", 1234}, {"ignore_eos", true}, {"return_tokens", true}};
   auto [s3, r3] = PostJson(*c, "/completion", seeded);
   auto [s4, r4] = PostJson(*c, "/completion", seeded);
@@ -119,7 +152,7 @@ TEST_F(ServerHttp, OpenAiCompletionAndChat) {
   EXPECT_TRUE(r1["usage"]["prompt_tokens_details"]["cached_tokens"].is_number());
 
   json chat = {{"model", "llama"},
-               {"messages", {{{"role", "system"}, {"content", "You are a careful assistant."}},
+               {"messages", {{{"role", "system"}, {"content", Long("You are a careful assistant.")}},
                              {{"role", "user"}, {"content", "Say something about caches."}}}},
                {"max_tokens", 4},
                {"temperature", 0}};
@@ -186,7 +219,7 @@ TEST_F(ServerHttp, StreamingMatchesNonStreaming) {
 
 TEST_F(ServerHttp, MetricsAndCacheAdmin) {
   auto c = Client();
-  json req = {{"prompt", "metrics count this prompt"}, {"n_predict", 2}, {"temperature", 0}};
+  json req = {{"prompt", Long("metrics count this prompt")}, {"n_predict", 2}, {"temperature", 0}};
   ASSERT_EQ(PostJson(*c, "/completion", req).first, 200);
   ASSERT_EQ(PostJson(*c, "/completion", req).first, 200);
   auto m = c->Get("/metrics");
@@ -233,7 +266,7 @@ TEST_F(ServerHttp, AuthAndTenantNamespaces) {
   // Tenants: the same prompt under another key's namespace or another cache_salt never hits.
   auto a = Client(kKey);
   auto b = Client(kTenantKey);
-  json req = {{"prompt", "A tenant's private system prompt that nobody else may reuse."}, {"n_predict", 2},
+  json req = {{"prompt", Long("A tenant's private system prompt that nobody else may reuse.")}, {"n_predict", 2},
               {"temperature", 0}};
   ASSERT_EQ(PostJson(*a, "/completion", req).first, 200);
   auto [sa, ra] = PostJson(*a, "/completion", req);
@@ -277,6 +310,9 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"token id past vocab", "/completion", R"({"prompt":[1,2,1000000000],"n_predict":1})", 400},
       {"float temperature string", "/completion", R"({"prompt":"x","temperature":"hot"})", 400},
       {"n > 1", "/v1/completions", R"({"prompt":"x","n":3})", 400},
+      {"n_probs too many", "/completion", R"({"prompt":"x","n_probs":21})", 400},
+      {"n_probs with stream", "/completion", R"({"prompt":"x","n_probs":2,"stream":true})", 400},
+      {"n_probs on openai", "/v1/completions", R"({"prompt":"x","n_probs":2})", 400},
       {"empty prompt", "/completion", R"({"prompt":""})", 400},
       {"oversized body", "/completion", "{\"prompt\":\"" + big + "\"}", 413},
   };

@@ -38,12 +38,13 @@ int main(int argc, char** argv) {
   app.add_option("-c,--ctx-size", o.ctx_per_lane, "context per request (prompt + generated tokens)")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
   app.add_option("-t,--threads", o.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("-b,--batch-size", o.n_batch, "llama.cpp batch size")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("-b,--batch-size", o.n_batch, "llama.cpp batch size (at least 128: prefill batches keep 64+ rows)")
+      ->capture_default_str()->check(CLI::Range(128, 1 << 16));
   app.add_option("--runtime-lane-count,--parallel", o.lane_count, "lanes: requests decoded concurrently")
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--prefill-chunk", o.prefill_chunk,
-                 "prefill chunk in tokens (boundaries are multiples of it plus record boundaries)")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+                 "largest prefill batch in tokens, at most the batch size (every batch keeps 64+ rows)")
+      ->capture_default_str()->check(CLI::Range(128, 1 << 16));
   app.add_flag("--no-flash-attn", no_flash_attn, "flash attention off (it is on by default, never auto)");
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
@@ -57,8 +58,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
   app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
   app.add_option("--cache-record-tail", o.record_tail,
-                 "also record this many tokens before the prompt end (a cue the next request replaces); 0: off")
-      ->capture_default_str();
+                 "also record this many tokens before the prompt end (a cue the next request replaces); 0: off, "
+                 "at least 64 (every prefill batch keeps 64+ rows)")
+      ->capture_default_str()->check(CLI::Range(0, 0) | CLI::Range(64, 1 << 20));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
   app.add_option("--queue-size", o.queue_size, "requests waiting for a lane before 503")->capture_default_str();
@@ -74,6 +76,14 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   o.flash_attn = !no_flash_attn;
+  if (o.kv_unified && o.cache_enabled) {
+    // Never served approximately: see src/skippy/cache/TODO.md, "Serving layout".
+    std::fprintf(stderr,
+                 "skippy-server: --kv-unified is disabled with the cache on: a lane sharing cells with resident cache "
+                 "sequences sits at other cell indices than a recompute, and CPU flash attention groups cells by "
+                 "index, so its log-probabilities differ from --no-cache\n");
+    return 2;
+  }
   for (const std::string& k : api_keys) {
     const size_t colon = k.find(':');
     const std::string key = k.substr(0, colon);

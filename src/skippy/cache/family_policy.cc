@@ -12,20 +12,20 @@ constexpr PayloadKind kKr = PayloadKind::kKvRecurrent;
 
 // The family table: one row per family, evidence order (product.md, "Model families").
 constexpr std::array<FamilyRow, 14> kFamilyTable = {{
-    {"qwen3next", "Qwen3Next", "qwen3next", kHybrid, kKr, false, false},
-    {"falcon-h1", "Falcon-H1", "falcon-h1", kHybrid, kKr, false, false},
-    {"llama", "Llama", "llama", kKv, kRk, false, false},
-    {"qwen3", "Qwen3 dense", "qwen3", kKv, kRk, false, false},
-    {"deepseek2", "DeepSeek2", "deepseek2", kKv, kRk, false, true},
-    {"glm47-flash", "GLM-4.7 Flash", "deepseek2", kKv, kRk, false, true},
-    {"glm4", "GLM4", "glm4", kKv, kRk, false, false},
-    {"gemma4-a4b", "Gemma4 A4B", "gemma4", kKvIswa, kRk, false, false},
-    {"gemma4-e4b", "Gemma4 E4B", "gemma4", kKvIswa, kRk, false, false},
-    {"gemma3", "Gemma3", "gemma3", kKvIswa, kRk, false, false},
-    {"gemma2", "Gemma2", "gemma2", kKvIswa, kRk, false, false},
-    {"olmo", "OLMo", "olmo", kKv, kRk, false, false},
-    {"minimax-m27", "MiniMax M2.7", "minimax-m2", kKv, kRk, false, true},
-    {"deepseek3", "DeepSeek3", "deepseek2", kKv, kRk, true, true},
+    {"qwen3next", "Qwen3Next", "qwen3next", kHybrid, kKr, false},
+    {"falcon-h1", "Falcon-H1", "falcon-h1", kHybrid, kKr, false},
+    {"llama", "Llama", "llama", kKv, kRk, false},
+    {"qwen3", "Qwen3 dense", "qwen3", kKv, kRk, false},
+    {"deepseek2", "DeepSeek2", "deepseek2", kKv, kRk, false},
+    {"glm47-flash", "GLM-4.7 Flash", "deepseek2", kKv, kRk, false},
+    {"glm4", "GLM4", "glm4", kKv, kRk, false},
+    {"gemma4-a4b", "Gemma4 A4B", "gemma4", kKvIswa, kRk, false},
+    {"gemma4-e4b", "Gemma4 E4B", "gemma4", kKvIswa, kRk, false},
+    {"gemma3", "Gemma3", "gemma3", kKvIswa, kRk, false},
+    {"gemma2", "Gemma2", "gemma2", kKvIswa, kRk, false},
+    {"olmo", "OLMo", "olmo", kKv, kRk, false},
+    {"minimax-m27", "MiniMax M2.7", "minimax-m2", kKv, kRk, false},
+    {"deepseek3", "DeepSeek3", "deepseek2", kKv, kRk, true},
 }};
 
 constexpr std::array<std::string_view, 5> kRecurrentMarkers = {".ssm", "ssm_", "time_mix",
@@ -118,7 +118,6 @@ FamilyDecision FamilyPolicy::Decide(const ModelFacts& facts) const {
   // The table is the authority when it is stricter (a hybrid row without visible markers).
   d.payload = row->payload;
   d.recurrent = d.recurrent || IsRecurrentMemory(row->memory);
-  d.batch_sensitive = row->batch_sensitive;
 
   d.enabled = true;
   for (const CertificationRow& cert : certifications_) {  // later rows win

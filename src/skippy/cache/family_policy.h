@@ -43,11 +43,6 @@ struct FamilyRow {
   MemoryKind memory;
   PayloadKind payload;            // the one production payload for the family
   bool package_only;              // true for rows reported in the package-only section
-  // Prefill results of a token depend on how many rows its batch had (measured in tests/server:
-  // the deepseek2 and minimax-m2 MoE routings flip experts on last-bit differences between a
-  // 64+-row batch and a shorter one). A cached prefix of such a family is served only where a
-  // recompute would have computed it in the same batches (see skippy-server's serving cache).
-  bool batch_sensitive;
 };
 
 // The 13 families plus DeepSeek3 (package-only), in evidence order.
@@ -83,7 +78,6 @@ struct FamilyDecision {
   std::string display_name;
   PayloadKind payload = PayloadKind::kResidentKv;  // meaningful only when enabled
   bool recurrent = false;       // recurrent markers or recurrent/hybrid memory were detected
-  bool batch_sensitive = false; // see FamilyRow::batch_sensitive
   std::string reason;           // why it is disabled; "" when enabled
 };
 

@@ -50,6 +50,17 @@ std::string ComposeNamespace(const std::string& key_ns, const std::string& salt)
   return StrCat(key_ns.size(), ":", key_ns, "|", salt);
 }
 
+// llama-server's /completion "completion_probabilities" shape (n_probs).
+json LogprobsJson(const std::vector<TokenLogprobs>& all) {
+  json out = json::array();
+  for (const TokenLogprobs& t : all) {
+    json top = json::array();
+    for (const auto& c : t.top) top.push_back({{"id", c.id}, {"token", c.piece}, {"logprob", c.logprob}});
+    out.push_back({{"id", t.chosen.id}, {"token", t.chosen.piece}, {"logprob", t.chosen.logprob}, {"top_logprobs", top}});
+  }
+  return out;
+}
+
 json TimingsJson(const JobTimings& t) {
   return {{"cache_n", t.cache_n},
           {"prompt_n", t.prompt_n},
@@ -303,6 +314,7 @@ void HttpServer::Routes() {
                {"timings", TimingsJson(v.timings)},
                {"skippy", SkippyJson(v.timings)}};
         if (request.return_tokens) out["tokens"] = v.tokens;
+        if (request.n_probs > 0) out["completion_probabilities"] = LogprobsJson(v.logprobs);
       } else if (endpoint == Endpoint::kCompletions) {
         out = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
                {"choices", json::array({{{"text", v.text}, {"index", 0}, {"logprobs", nullptr},

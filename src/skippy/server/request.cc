@@ -140,7 +140,8 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
       "return_tokens"};
   static const std::set<std::string, std::less<>> kCompletion = {"prompt", "echo", "suffix", "best_of"};
   static const std::set<std::string, std::less<>> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
-  static const std::set<std::string, std::less<>> kLlama = {"prompt", "n_predict", "id_slot", "t_max_predict_ms"};
+  static const std::set<std::string, std::less<>> kLlama = {"prompt", "n_predict", "id_slot", "t_max_predict_ms",
+                                                             "n_probs"};
   const auto& extra = endpoint == Endpoint::kChatCompletions ? kChat
                       : endpoint == Endpoint::kCompletions   ? kCompletion
                                                              : kLlama;
@@ -233,6 +234,15 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   r.ignore_eos = ignore_eos.value_or(false);
   SKIPPY_ASSIGN_OR_RETURN(auto return_tokens, GetBool(body, "return_tokens"));
   r.return_tokens = return_tokens.value_or(false);
+  SKIPPY_ASSIGN_OR_RETURN(auto n_probs, GetInt(body, "n_probs"));
+  if (n_probs) {
+    if (*n_probs < 0 || *n_probs > GenerationRequest::kMaxProbs) {
+      return absl::InvalidArgumentError(
+          StrCat("field 'n_probs' must be in [0, ", GenerationRequest::kMaxProbs, "], got ", *n_probs));
+    }
+    if (*n_probs > 0 && r.stream) return absl::InvalidArgumentError("unsupported: 'n_probs' with 'stream'");
+    r.n_probs = static_cast<int32_t>(*n_probs);
+  }
   SKIPPY_ASSIGN_OR_RETURN(auto cache_prompt, GetBool(body, "cache_prompt"));
   (void)cache_prompt;  // accepted for llama-server compatibility; the cache is always on unless --no-cache
   SKIPPY_ASSIGN_OR_RETURN(auto salt, GetString(body, "cache_salt"));

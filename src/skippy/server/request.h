@@ -46,6 +46,11 @@ struct GenerationRequest {
   std::string cache_salt;      // tenant namespace inside the API key's namespace
   bool ignore_eos = false;
   bool return_tokens = false;  // /completion: include generated token ids ("tokens")
+  // /completion (llama-server's n_probs): for each generated token, its log-probability and the
+  // n_probs most likely tokens' ("completion_probabilities"), from the full-vocabulary softmax of
+  // the logits it was sampled from. 0..kMaxProbs; not with stream.
+  static constexpr int64_t kMaxProbs = 20;
+  int32_t n_probs = 0;
 };
 
 // InvalidArgument with a message that names the field. `body` must be a parsed JSON value.

@@ -1,6 +1,7 @@
 #include "skippy/server/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -12,6 +13,28 @@ namespace skippy::server {
 using runtime::Token;
 
 namespace {
+
+TokenLogprobs::Candidate MakeCandidate(const runtime::Model& model, Token id, double logprob) {
+  auto piece = runtime::TokenPiece(model, id);
+  return {id, piece.ok() ? *piece : std::string(), logprob};
+}
+
+// Log-softmax in double over the whole vocabulary, so equal logits give equal numbers.
+TokenLogprobs Logprobs(const runtime::Model& model, const std::vector<float>& logits, Token chosen, int32_t n) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = static_cast<double>(max) + std::log(sum);
+  std::vector<Token> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<Token>(i);
+  const size_t top = std::min<size_t>(static_cast<size_t>(n), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [&](Token a, Token b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  TokenLogprobs out;
+  out.chosen = MakeCandidate(model, chosen, logits[chosen] - log_z);
+  for (size_t i = 0; i < top; ++i) out.top.push_back(MakeCandidate(model, order[i], logits[order[i]] - log_z));
+  return out;
+}
 
 double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -36,9 +59,10 @@ Job::View Job::Wait() {
   return Snapshot();
 }
 
-void Job::Append(Token token, const std::string& piece, bool* stop_hit) {
+void Job::Append(Token token, const std::string& piece, bool* stop_hit, std::optional<TokenLogprobs> logprobs) {
   std::lock_guard lock(mu_);
   view_.tokens.push_back(token);
+  if (logprobs) view_.logprobs.push_back(*std::move(logprobs));
   const size_t old = view_.text.size();
   view_.text += piece;
   *stop_hit = false;
@@ -73,7 +97,9 @@ void Job::Finish(std::string finish_reason, std::optional<ApiError> error, const
 
 Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::move(options)), metrics_(metrics) {
   options_.lane_count = std::max<uint32_t>(1, options_.lane_count);
-  options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 1, std::max<uint32_t>(1, options_.n_batch));
+  // Every prefill batch keeps ServingCache::kMinBatch rows, so a chunk holds at least two of them.
+  options_.n_batch = std::max<uint32_t>(options_.n_batch, 2 * ServingCache::kMinBatch);
+  options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 2 * ServingCache::kMinBatch, options_.n_batch);
   model_name_ = options_.model_alias.empty() ? std::filesystem::path(options_.model_path).stem().string()
                                              : options_.model_alias;
 }
@@ -346,7 +372,9 @@ void Scheduler::Generate(int32_t id) {
   }
   auto piece = runtime::TokenPiece(engine_->model(), tok);
   bool stop_hit = false;
-  job.Append(tok, piece.ok() ? *piece : std::string(), &stop_hit);
+  std::optional<TokenLogprobs> logprobs;
+  if (job.request().n_probs > 0) logprobs = Logprobs(engine_->model(), lane.logits, tok, job.request().n_probs);
+  job.Append(tok, piece.ok() ? *piece : std::string(), &stop_hit, std::move(logprobs));
   ++lane.generated;
   // The client has its first token; the lane still holds exactly the prompt.
   RecordPromptEnd(id);

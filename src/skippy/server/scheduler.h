@@ -52,6 +52,18 @@ struct JobTimings {
   std::string cache_miss_reason; // "" on a hit
 };
 
+// One generated token's log-probability and the most likely alternatives (GenerationRequest::n_probs),
+// from the full-vocabulary log-softmax of the logits it was sampled from.
+struct TokenLogprobs {
+  struct Candidate {
+    runtime::Token id = 0;
+    std::string piece;
+    double logprob = 0;
+  };
+  Candidate chosen;
+  std::vector<Candidate> top;  // n_probs most likely, descending (ties: lower id first)
+};
+
 class Job {
  public:
   Job(GenerationRequest request, PreparedPrompt prompt, std::string tenant_namespace, int64_t max_tokens)
@@ -67,6 +79,7 @@ class Job {
   // What the handler reads, under the job's lock.
   struct View {
     std::vector<runtime::Token> tokens;  // generated ids
+    std::vector<TokenLogprobs> logprobs; // one per token when request().n_probs > 0
     std::string text;                    // generated text (stop string removed)
     bool done = false;
     std::optional<ApiError> error;
@@ -81,7 +94,8 @@ class Job {
   bool cancelled() const { return cancelled_; }
 
   // Engine side.
-  void Append(runtime::Token token, const std::string& piece, bool* stop_hit);
+  void Append(runtime::Token token, const std::string& piece, bool* stop_hit,
+              std::optional<TokenLogprobs> logprobs = std::nullopt);
   void Finish(std::string finish_reason, std::optional<ApiError> error, const JobTimings& timings);
   void SetTimings(const JobTimings& t);
 

@@ -16,9 +16,8 @@ struct ServerOptions {
   uint32_t n_batch = 512;           // -b: llama.cpp batch (prefill chunks never exceed it)
   bool flash_attn = true;           // explicit (DESIGN.md: never "auto")
   uint32_t lane_count = 1;          // --runtime-lane-count
-  // Prefill chunking: from the restored prefix, prefill stops every prefill_chunk tokens and at every
-  // planned record boundary (batch-sensitive families: at multiples of 64 from the prompt start,
-  // ServingCache::kBatchGrid). tests/server checks per family that outputs equal a --no-cache run.
+  // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
+  // 128, see ServingCache::kMinBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
 
   // Cache.
@@ -37,7 +36,7 @@ struct ServerOptions {
   uint32_t cache_seqs = 32;         // kv_unified: resident cache sequences
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
   uint32_t max_records = 4;         // KvRecurrent records per prompt
-  uint32_t record_tail = 4;         // also record prompt_end - record_tail (0: no such record)
+  uint32_t record_tail = 64;        // also record prompt_end - record_tail (0: none; below 64: none)
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
 

@@ -94,17 +94,13 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
                                size_t restored) const {
   PrefillPlan plan;
   const size_t n = prompt.size();
-  std::vector<size_t> ends;
-  const size_t chunk = PrefillChunk();
-  // Batch-sensitive families keep one grid for every prompt, so a restored multiple of it is
-  // followed by the batches a recompute makes; the others start the grid at the restored prefix
-  // (no extra batch boundary inside a short suffix).
-  const size_t origin = engine_.family().batch_sensitive ? 0 : std::min(restored, n);
-  for (size_t e = origin + chunk; e < n; e += chunk) ends.push_back(e);
-  ends.push_back(n);
+  restored = std::min(restored, n);
+  if (restored == n) return plan;
   // Exact-boundary families need their records decided before prefill: recurrent state cannot be
   // cut afterwards, and a sliding-window KV cache keeps only the window behind its last token.
-  if (engine_.family().enabled && (engine_.family().payload == PayloadKind::kKvRecurrent || ExactBoundaryResident())) {
+  std::vector<size_t> records;
+  if (n >= kMinBatch && engine_.family().enabled &&
+      (engine_.family().payload == PayloadKind::kKvRecurrent || ExactBoundaryResident())) {
     cache::PromptShape shape;
     shape.n_tokens = n;
     for (size_t b : message_boundaries) {
@@ -123,19 +119,41 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.restored_tokens = 0;
     // A hit extends a prefix the cache already knows: the full-prompt, turn and tail records serve
     // the next request of the same conversation or agent, and grid points inside the suffix would
-    // each cost another prefill batch. Only a batch-invariant family may plan by what was restored.
-    if (restored > 0 && !engine_.family().batch_sensitive) ro.stride = 0;
+    // each cost another prefill batch.
+    if (restored > 0) ro.stride = 0;
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
-      plan.record_boundaries = rp->boundaries;
-      ends.insert(ends.end(), rp->boundaries.begin(), rp->boundaries.end());
+      records = rp->boundaries;
     } else {
       Warn("record plan", rp.status());
     }
+    std::sort(records.begin(), records.end());
   }
-  std::sort(ends.begin(), ends.end());
-  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
-  plan.chunk_ends = std::move(ends);
+  // Every batch keeps at least kMinBatch rows: a record boundary closer than that to the restored
+  // prefix, to the previous boundary or to the prompt end is dropped.
+  std::vector<size_t> stops;
+  size_t prev = restored;
+  for (size_t b : records) {
+    if (b == n) {
+      plan.record_boundaries.push_back(b);
+    } else if (b >= prev + kMinBatch && b + kMinBatch <= n) {
+      plan.record_boundaries.push_back(b);
+      stops.push_back(b);
+      prev = b;
+    }
+  }
+  stops.push_back(n);
+  // Each stretch between stops is cut into the fewest chunks of at most PrefillChunk() rows, of
+  // equal length (so none is short: PrefillChunk() >= 2 * kMinBatch).
+  const size_t chunk = PrefillChunk();
+  size_t at = restored;
+  for (size_t stop : stops) {
+    const size_t len = stop - at;
+    const size_t pieces = (len + chunk - 1) / chunk;
+    for (size_t k = 1; k < pieces; ++k) plan.chunk_ends.push_back(at + len * k / pieces);
+    plan.chunk_ends.push_back(stop);
+    at = stop;
+  }
   return plan;
 }
 
@@ -150,26 +168,41 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   };
   if (!enabled_ || !engine_.family().enabled) return miss("cache-disabled");
   const size_t n = prompt.size();
+  if (n < kMinBatch) return miss("short-prompt");
   std::shared_ptr<const cache::DecodedResult> decoded;
   if (auto d = cache_->GetDecoded(scope, prompt); d.ok()) decoded = *d;
-  const std::span<const Token> key = decoded ? prompt : prompt.first(n - 1);
-  if (key.empty()) return miss("never-seen");
-  size_t keep = AlignServed(std::min(lane_tokens, key.size()), n);
-  auto lr = cache_->Lookup(scope, key);
-  if (!lr.ok()) {
-    Warn("lookup", lr.status());
-    return miss("restore-failed");
-  }
-  std::optional<cache::Match> match = lr->match;
-  if (match) {
-    match->usable_tokens = AlignServed(match->usable_tokens, n);
-    if (match->usable_tokens == 0) {
+  // At least kMinBatch tokens are left to prefill (one full batch, as in a recompute), unless the
+  // whole prompt is restored for an exact repeat answered from its decoded result.
+  const size_t limit = n - kMinBatch;
+  size_t keep = std::min(lane_tokens, n);
+  if (!(decoded && keep == n)) keep = std::min(keep, limit);
+  // A lane that held a prompt shorter than kMinBatch computed it in a short batch.
+  if (engine_.SequenceLength(lane) < static_cast<int32_t>(kMinBatch)) keep = 0;
+  std::optional<cache::Match> match;
+  cache::MissReason reason = cache::MissReason::kNeverSeen;
+  auto lookup = [&](std::span<const Token> key) {
+    auto lr = cache_->Lookup(scope, key);
+    if (!lr.ok()) {
+      Warn("lookup", lr.status());
+      return false;
+    }
+    match = lr->match;
+    reason = lr->miss_reason;
+    return true;
+  };
+  if (decoded) {
+    if (!lookup(prompt)) return miss("restore-failed");
+    if (match && match->usable_tokens != n) {
       ReleasePin(match->entry.id);
       match.reset();
     }
   }
+  if (!match && limit > 0 && !lookup(prompt.first(limit))) return miss("restore-failed");
   if (keep > 0 && engine_.model().n_swa() > 0 && engine_.SequenceFirstPosition(lane) != 0) {
     keep = 0;  // the lane lost early sliding-window cells (never expected with a full-size SWA cache)
+  }
+  if (keep > 0 && keep < static_cast<size_t>(engine_.PaddedPrefix(lane))) {
+    keep = 0;  // cut shorter than a padded sliding-window import, the window would hold padding cells
   }
   if (match && keep >= match->usable_tokens) {
     // The lane already holds at least as much: no entry is needed.
@@ -177,7 +210,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     match.reset();
   }
   if (!match) {
-    if (keep == 0) return miss(std::string(cache::MissReasonName(lr->miss_reason)));
+    if (keep == 0) return miss(std::string(cache::MissReasonName(reason)));
     if (Status t = engine_.Truncate(lane, static_cast<int32_t>(keep)); !t.ok()) {
       Warn("lane reuse", t);
       return miss("restore-failed");
@@ -199,11 +232,11 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
                                 static_cast<int32_t>(m.usable_tokens));
   } else if (m.entry.desc.kind == PayloadKind::kResidentKv) {
     // A stored (or spilled) entry: import its KV into the lane, then cut it to the usable prefix.
-    s = ImportStored(m.entry.desc, lane);
+    s = ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
     if (s.ok() && m.usable_tokens < m.entry.tokens) s = engine_.Truncate(lane, static_cast<int32_t>(m.usable_tokens));
     if (s.ok()) ++stored_hits_;
   } else {
-    s = ImportStored(m.entry.desc, lane);
+    s = ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
   }
   ReleasePin(m.entry.id);
   if (refused) return miss("swa-shorter-prefix");
@@ -221,22 +254,16 @@ void ServingCache::ReleasePin(cache::EntryId id) {
   if (auto freed = cache_->Release(id); freed.ok() && freed->has_value()) Free(**freed);
 }
 
-Status ServingCache::ImportStored(const cache::EntryDesc& desc, int32_t lane) {
+Status ServingCache::ImportStored(const cache::EntryDesc& desc, int32_t lane, std::span<const Token> tokens) {
   auto bytes = store_->Get(desc.payload_id);
   if (!bytes.ok()) return bytes.status();
   const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
-  return desc.kind == PayloadKind::kResidentKv ? engine_.ImportResident(data, lane)
+  return desc.kind == PayloadKind::kResidentKv ? engine_.ImportResident(data, lane, tokens)
                                                : engine_.ImportState(data, lane, desc.kind);
 }
 
 size_t ServingCache::PrefillChunk() const {
-  const size_t chunk = std::max<uint32_t>(1, options_.prefill_chunk);
-  return engine_.family().batch_sensitive ? std::min(chunk, kBatchGrid) : chunk;
-}
-
-size_t ServingCache::AlignServed(size_t tokens, size_t prompt_tokens) const {
-  if (!engine_.family().batch_sensitive || tokens == prompt_tokens) return tokens;
-  return tokens / kBatchGrid * kBatchGrid;
+  return std::max<size_t>(2 * kMinBatch, options_.prefill_chunk);
 }
 
 bool ServingCache::LaneReuse() const {
@@ -274,10 +301,6 @@ void ServingCache::Spill(const cache::EntryInfo& e) {
     return;
   }
   Registered reg = std::move(it->second);
-  if (!StorableResident(reg.tokens.size())) {
-    Free(e);
-    return;
-  }
   auto bytes = engine_.ExportResident(e.desc.seq_id);
   Free(e);  // the cache sequence is cleared before its id is handed out again
   if (!bytes.ok()) {
@@ -333,6 +356,7 @@ void ServingCache::DropStoreEvictions(const std::vector<uint64_t>& evicted) {
 
 void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kKvRecurrent) return;
+  if (prefix.size() < kMinBatch) return;
   auto bytes = engine_.ExportState(lane, PayloadKind::kKvRecurrent);
   if (!bytes.ok()) {
     Warn("export", bytes.status());
@@ -347,6 +371,7 @@ void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope
 
 void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kResidentKv) return;
+  if (prompt.size() < kMinBatch) return;
   cache::RecordRequest rq;
   rq.kind = PayloadKind::kResidentKv;
   rq.bytes = resident_bytes_per_token_ * prompt.size();
@@ -355,7 +380,7 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   rq.exact_only = SlidingWindowExact(prompt.size());
   if (engine_.cache_seq_count() == 0 || prompt.size() > options_.cache_tokens) {
     // No resident tier, or longer than the whole resident cap: straight to the payload store.
-    if (!StorableResident(prompt.size()) || engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
+    if (engine_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
       ++record_skips_;
       return;
     }
@@ -393,7 +418,7 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
 
 void ServingCache::PutDecoded(const cache::PrefixScope& scope, std::span<const Token> prompt,
                               const std::vector<float>& logits) {
-  if (!enabled_ || !engine_.family().enabled) return;
+  if (!enabled_ || !engine_.family().enabled || prompt.size() < kMinBatch) return;
   if (Status s = cache_->PutDecoded(scope, prompt, logits); !s.ok()) Warn("decoded result", s);
 }
 

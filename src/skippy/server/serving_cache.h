@@ -6,14 +6,13 @@
 //   1. Restore(lane, scope, prompt): the longest usable prefix in the request's scope, brought into
 //      the cleared lane -- ResidentKv: RestoreResident from the entry's cache sequence (zero copy),
 //      or, for an entry spilled to the payload store, ImportResident + Truncate; SWA models: the
-//      exact entry length only; KvRecurrent: ImportState of the stored payload. An exact repeat
+//      exact length of an entry longer than the window; KvRecurrent: ImportState of the stored payload. An exact repeat
 //      whose whole prompt is restorable also returns the decoded-result entry (the last prompt
 //      position's logits), so nothing is prefilled. Without such an entry the lookup is made on
 //      prompt[0, n-1) so at least one token is decoded (state blobs carry no logits).
-//   2. Plan(prompt, restored): the prefill chunk ends and the KvRecurrent record boundaries. The
-//      record boundaries depend on the prompt alone (computed as if nothing were restored); the
-//      chunk grid starts at the restored prefix, or at 0 for batch-sensitive families (see
-//      kBatchGrid). tests/server checks per family that the result equals a --no-cache run.
+//   2. Plan(prompt, restored): the prefill chunk ends and the KvRecurrent record boundaries, every
+//      batch at least kMinBatch rows (see there). tests/server checks per family that outputs and
+//      log-probabilities equal a --no-cache run's.
 //   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
 //      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
 //      exact lengths); the prompt-end records (RecordResident, the last boundary, PutDecoded) once
@@ -70,8 +69,9 @@ class ServingCache {
                                                                       runtime::Engine& engine);
 
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
-  // restored: the prefix already in the lane (Restore's outcome); the chunk grid starts there
-  // except for batch-sensitive families, whose grid starts at 0 for every prompt.
+  // restored: the prefix already in the lane (Restore's outcome), where the chunks start. No chunk is
+  // shorter than kMinBatch rows unless the whole prompt is (record boundaries that would cut one
+  // are dropped); chunk_ends is empty when restored == prompt size.
   PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries,
                    size_t restored) const;
 
@@ -87,13 +87,18 @@ class ServingCache {
   // cutting it to a shared prefix gives the cells a recompute would put in the same places.
   bool LaneReuse() const;
 
-  // Batch-sensitive families (FamilyDecision::batch_sensitive) compute a token differently in a
-  // 64+-row batch than in a shorter one. They prefill in chunks of kBatchGrid tokens at multiples of
-  // it, and a hit serves only a multiple of kBatchGrid (or the whole prompt of an exact repeat):
-  // every restored token then came from a full kBatchGrid-row chunk, as it does in a recompute.
-  static constexpr size_t kBatchGrid = 64;
+  // A token's KV and logits depend in the last bits on the size class of the batch it was prefilled
+  // in: one row, 2-63 rows, or 64+ rows (CPU kernels switch paths there, e.g. flash attention's
+  // tiled path), and within 64+ rows on nothing else: not on where the batch starts nor on how long
+  // it is (measured on every zoo family). So every batch the server prefills has at least
+  // kMinBatch rows: a hit leaves at least kMinBatch tokens to prefill (or none, for an exact repeat
+  // answered from its decoded result), the plan never cuts a batch shorter, and prompts shorter than
+  // kMinBatch are neither cached nor served from the cache. A restored token was then computed in a
+  // 64+-row batch, as a recompute computes it. tests/server compares log-probabilities with
+  // --no-cache for this.
+  static constexpr size_t kMinBatch = 64;
+  // Rows per prefill batch at most: --prefill-chunk, at least 2 * kMinBatch (see Plan).
   size_t PrefillChunk() const;
-  size_t AlignServed(size_t tokens, size_t prompt_tokens) const;
   void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix);
   void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
   void PutDecoded(const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
@@ -116,11 +121,6 @@ class ServingCache {
   bool SlidingWindowExact(size_t entry_tokens) const {
     return SlidingWindowResident() && entry_tokens > static_cast<size_t>(engine_.model().n_swa());
   }
-  // Whether a ResidentKv prefix of this length may go to the payload store. A sliding-window export
-  // longer than the window holds only the window, which an import places at the start of the lane's
-  // stream rather than where a recompute puts it; flash attention's tiled path groups cells by
-  // absolute index, so such a hit is not bit-exact (tests/runtime PerLaneStreams) and is not stored.
-  bool StorableResident(size_t entry_tokens) const { return !SlidingWindowExact(entry_tokens); }
   nlohmann::json StatsJson() const;
   void FillGauges(Gauges& g) const;
 
@@ -132,8 +132,9 @@ class ServingCache {
   void Spill(const cache::EntryInfo& info);
   // Drops the pin a Lookup took; frees the entry if it was erased meanwhile.
   void ReleasePin(cache::EntryId id);
-  // Imports a payload-store entry (ResidentKv or KvRecurrent bytes) into `lane`.
-  Status ImportStored(const cache::EntryDesc& desc, int32_t lane);
+  // Imports a payload-store entry (ResidentKv or KvRecurrent bytes) into `lane`; `tokens`: the
+  // prefix it serves (a sliding-window import is padded back to position 0 with their ids).
+  Status ImportStored(const cache::EntryDesc& desc, int32_t lane, std::span<const runtime::Token> tokens);
   // Records exported bytes as a payload-store entry (no cache sequence). False if not recorded.
   bool StorePayload(const cache::PrefixScope& scope, std::span<const runtime::Token> tokens, cache::PayloadKind kind,
                     const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only);
