@@ -115,7 +115,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
-    if (ExactBoundaryResident()) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
+    if (ExactBoundaryResident() && engine_.cache_seq_count() > 0) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
     ro.restored_tokens = 0;
     // A hit extends a prefix the cache already knows: the full-prompt, turn and tail records serve
     // the next request of the same conversation or agent, and grid points inside the suffix would

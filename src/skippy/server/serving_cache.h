@@ -112,10 +112,10 @@ class ServingCache {
   bool SlidingWindowResident() const {
     return engine_.family().payload == cache::PayloadKind::kResidentKv && engine_.model().n_swa() > 0;
   }
-  // With --kv-unified, ResidentKv entries of a sliding-window model are resident cache sequences
-  // that serve only their exact length, so they are recorded at the planned boundaries during
-  // prefill (like KvRecurrent), not only at the end.
-  bool ExactBoundaryResident() const { return SlidingWindowResident() && engine_.cache_seq_count() > 0; }
+  // ResidentKv entries of a sliding-window model longer than the window serve only their exact
+  // length, so they are recorded at the planned boundaries during prefill (like KvRecurrent: turn
+  // boundaries, the tail, the grid on a miss), not only at the end.
+  bool ExactBoundaryResident() const { return SlidingWindowResident(); }
   // A sliding-window entry longer than the window keeps only the window of its last tokens in the
   // SWA layers, so it serves its exact length only; one within the window serves shorter prefixes.
   bool SlidingWindowExact(size_t entry_tokens) const {
