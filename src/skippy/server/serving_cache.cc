@@ -204,8 +204,11 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   if (keep > 0 && keep < static_cast<size_t>(engine_.PaddedPrefix(lane))) {
     keep = 0;  // cut shorter than a padded sliding-window import, the window would hold padding cells
   }
-  if (match && keep >= match->usable_tokens) {
-    // The lane already holds at least as much: no entry is needed.
+  // The lane already holds at least as much: no entry is needed. A sliding-window import longer
+  // than the window leaves padding cells that stop the lane from later serving shorter prefixes
+  // (Engine::PaddedPrefix), so for those the lane also wins unless the entry saves a whole batch.
+  const bool padded_import = match && SlidingWindowExact(match->usable_tokens) && match->entry.desc.seq_id == cache::kNoSequence;
+  if (match && keep > 0 && keep + (padded_import ? kMinBatch : 0) >= match->usable_tokens) {
     ReleasePin(match->entry.id);
     match.reset();
   }
