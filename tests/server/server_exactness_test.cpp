@@ -95,6 +95,10 @@ json CompareWithNoCache(const std::string& family, const std::vector<std::string
     EXPECT_EQ(a["completion_probabilities"], b["completion_probabilities"])
         << family << tag << " prompt " << i << ": logits differ, cache " << a["skippy"].dump();
     EXPECT_EQ(b["tokens_cached"], 0);
+    // Every prefill batch keeps 64+ rows: a hit that prefills at all prefills at least 64 tokens.
+    if (a["skippy"]["cache_hit"].get<bool>() && !a["skippy"]["decoded_result_hit"].get<bool>()) {
+      EXPECT_GE(a["timings"]["prompt_n"].get<int>(), 64) << family << tag << " prompt " << i;
+    }
     cached_tokens += a["tokens_cached"].get<size_t>();
     hits += a["skippy"]["cache_hit"].get<bool>() ? 1 : 0;
     decoded_hits += a["skippy"]["decoded_result_hit"].get<bool>() ? 1 : 0;
