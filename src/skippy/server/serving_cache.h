@@ -90,8 +90,8 @@ class ServingCache {
   // A token's KV and logits depend in the last bits on the size class of the batch it was prefilled
   // in: one row, 2-63 rows, or 64+ rows (CPU kernels switch paths there, e.g. flash attention's
   // tiled path), and within 64+ rows on nothing else: not on where the batch starts nor on how long
-  // it is (measured on every zoo family). So every batch the server prefills has at least
-  // kMinBatch rows: a hit leaves at least kMinBatch tokens to prefill (or none, for an exact repeat
+  // it is (measured on ten zoo families, docs/DESIGN.md). So every batch the server prefills has
+  // at least kMinBatch rows: a hit leaves at least kMinBatch tokens to prefill (or none, for an exact repeat
   // answered from its decoded result), the plan never cuts a batch shorter, and prompts shorter than
   // kMinBatch are neither cached nor served from the cache. A restored token was then computed in a
   // 64+-row batch, as a recompute computes it. tests/server compares log-probabilities with
