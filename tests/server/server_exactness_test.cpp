@@ -62,7 +62,8 @@ std::vector<std::vector<int>> GeneratePrompts(uint32_t seed, int lo, int hi) {
 // Runs the prompts against a cache-on server (the common flags plus `cache_flags`) and a
 // --no-cache server with the same layout; returns the cache-on server's /cache/stats.
 // Exact repeats of earlier prompts must be answered from decoded-result entries.
-json CompareWithNoCache(const std::string& family, const std::vector<std::string>& cache_flags, const std::string& tag) {
+json CompareWithNoCache(const std::string& family, const std::vector<std::string>& cache_flags,
+                        const std::string& tag) {
   std::vector<std::string> common = {"-c", "512", "--prefill-chunk", "128", "--cache-record-stride", "64",
                                      "--runtime-lane-count", "1"};
   common.insert(common.end(), cache_flags.begin(), cache_flags.end());

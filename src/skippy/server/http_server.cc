@@ -56,7 +56,8 @@ json LogprobsJson(const std::vector<TokenLogprobs>& all) {
   for (const TokenLogprobs& t : all) {
     json top = json::array();
     for (const auto& c : t.top) top.push_back({{"id", c.id}, {"token", c.piece}, {"logprob", c.logprob}});
-    out.push_back({{"id", t.chosen.id}, {"token", t.chosen.piece}, {"logprob", t.chosen.logprob}, {"top_logprobs", top}});
+    out.push_back(
+        {{"id", t.chosen.id}, {"token", t.chosen.piece}, {"logprob", t.chosen.logprob}, {"top_logprobs", top}});
   }
   return out;
 }

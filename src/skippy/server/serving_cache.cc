@@ -115,7 +115,9 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
-    if (ExactBoundaryResident() && engine_.cache_seq_count() > 0) ro.max_records = std::min<uint32_t>(ro.max_records, 2);
+    if (ExactBoundaryResident() && engine_.cache_seq_count() > 0) {
+      ro.max_records = std::min<uint32_t>(ro.max_records, 2);
+    }
     ro.restored_tokens = 0;
     // A hit extends a prefix the cache already knows: the full-prompt, turn and tail records serve
     // the next request of the same conversation or agent, and grid points inside the suffix would
@@ -207,7 +209,8 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   // The lane already holds at least as much: no entry is needed. A sliding-window import longer
   // than the window leaves padding cells that stop the lane from later serving shorter prefixes
   // (Engine::PaddedPrefix), so for those the lane also wins unless the entry saves a whole batch.
-  const bool padded_import = match && SlidingWindowExact(match->usable_tokens) && match->entry.desc.seq_id == cache::kNoSequence;
+  const bool padded_import =
+      match && SlidingWindowExact(match->usable_tokens) && match->entry.desc.seq_id == cache::kNoSequence;
   if (match && keep > 0 && keep + (padded_import ? kMinBatch : 0) >= match->usable_tokens) {
     ReleasePin(match->entry.id);
     match.reset();

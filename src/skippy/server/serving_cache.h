@@ -3,13 +3,12 @@
 // used ONLY from the engine thread (it calls llama.cpp through the Engine).
 //
 // Per request (see Scheduler):
-//   1. Restore(lane, scope, prompt): the longest usable prefix in the request's scope, brought into
-//      the cleared lane -- ResidentKv: RestoreResident from the entry's cache sequence (zero copy),
-//      or, for an entry spilled to the payload store, ImportResident + Truncate; SWA models: the
-//      exact length of an entry longer than the window; KvRecurrent: ImportState of the stored payload. An exact repeat
-//      whose whole prompt is restorable also returns the decoded-result entry (the last prompt
-//      position's logits), so nothing is prefilled. Without such an entry the lookup is made on
-//      prompt[0, n-1) so at least one token is decoded (state blobs carry no logits).
+//   1. Restore(lane, scope, prompt): the longest usable prefix in the request's scope -- the lane's
+//      own last prompt cut back (LaneReuse), or a stored entry: ResidentKv: ImportResident +
+//      Truncate (SWA models: the exact length of an entry longer than the window); KvRecurrent:
+//      ImportState. An exact repeat whose whole prompt is restorable also returns the
+//      decoded-result entry (the last prompt position's logits), so nothing is prefilled. Otherwise
+//      the lookup is made on prompt[0, n - kMinBatch): a hit prefills at least one full batch.
 //   2. Plan(prompt, restored): the prefill chunk ends and the KvRecurrent record boundaries, every
 //      batch at least kMinBatch rows (see there). tests/server checks per family that outputs and
 //      log-probabilities equal a --no-cache run's.
@@ -18,11 +17,9 @@
 //      exact lengths); the prompt-end records (RecordResident, the last boundary, PutDecoded) once
 //      the first token is out.
 //
-// Two tiers for ResidentKv. Cells kept in the context cost every lane's attention (it scans the
-// whole used KV range, masked cells included), so resident entries are capped by cache_tokens.
-// An entry the cap evicts is spilled: its KV is exported into the payload store (host RAM, capped
-// by cache_ram) and stays findable; a hit imports it into the lane. A prompt longer than the whole
-// resident cap goes to the payload store directly.
+// A second ResidentKv tier, resident cache sequences in one shared stream (--kv-unified, capped by
+// cache_tokens, spilled to the payload store beyond it), is kept here but refused by skippy-server
+// with the cache on: it was not bit-exact (src/skippy/cache/TODO.md).
 // Recording is best effort: a full cache, an existing entry or a refused reservation skips the
 // record (the request is still served). Every entry the cache core returns as evicted or freed
 // has its cache sequence cleared / payload released before its sequence id is reused.
