@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   sc.skippy_server_bin = (SelfDir() / "skippy-server").string();
   sc.llama_server_bin = o.llama_server_bin;
   std::string sc_preset = "bench";
-  bool sc_no_fa = false;
+  std::string sc_fa = "off";
   CLI::App* cmp = app.add_subcommand("serve-compare", "skippy-server vs llama-server over HTTP on serving workloads");
   cmp->add_option("--output-dir", sc.output_dir, "where serve-compare.json/.md go")->required();
   cmp->add_option("--case", sc.cases, "family key (repeatable)")->capture_default_str();
@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--threads", sc.threads, "threads for both")->capture_default_str();
   cmp->add_option("--ctx-size", sc.ctx_size, "context per request")->capture_default_str();
   cmp->add_option("--batch-size", sc.batch_size, "batch size for both")->capture_default_str();
-  cmp->add_flag("--no-flash-attn", sc_no_fa, "flash attention off on both");
+  cmp->add_option("--flash-attn", sc_fa, "on | off for skippy-server and llama-matched (llama-default: auto)")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   cmp->add_option("--repeats", sc.repeats, "interleaved repeats of each run")->capture_default_str();
   cmp->add_option("--ttft-slo-ms", sc.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();
   cmp->add_option("--seed", sc.workload.seed, "workload seed")->capture_default_str();
@@ -184,7 +185,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*cmp) {
-    sc.flash_attn = !sc_no_fa;
+    sc.flash_attn = sc_fa == "on";
     if (sc.zoo_dir.empty()) sc.zoo_dir = DefaultCacheDir() + "/zoo/" + sc_preset;
     auto doc = skippy::bench::RunServeCompare(sc);
     if (!doc.ok()) return Fail(doc.status());

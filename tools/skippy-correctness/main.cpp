@@ -3,6 +3,9 @@
 //   skippy-correctness state-handoff --model FILE --prompt TEXT [--state-payload-kind KIND]
 //       [--prefix-token-count 128] [--cache-hit-repeats 5] [--runtime-lane-count 2]
 //       [--report-out FILE] ...
+//   skippy-correctness batch-split --model FILE [--no-flash-attn] [--min-batch N] [--report-out FILE]
+//       prefills the same tokens under several batch cuts (every batch >= N rows, default
+//       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
 //
 // Exit codes: 0 pass, 1 mismatch (exit 0 with --allow-mismatch), 2 bad input, 3 family disabled or
 // payload refused by policy (not certified), 4 internal error.
@@ -13,7 +16,9 @@
 
 #include "CLI/CLI.hpp"
 #include "nlohmann/json.hpp"
+#include "skippy/certify/batch_split.h"
 #include "skippy/certify/state_handoff.h"
+#include "skippy/runtime/engine.h"
 
 namespace {
 
@@ -36,6 +41,63 @@ int ExitCodeFor(const absl::Status& s) {
     default:
       return kExitInternal;
   }
+}
+
+bool WriteReport(const nlohmann::json& report, const std::string& path) {
+  const std::string text = report.dump(2);
+  if (path.empty()) {
+    std::cout << text << "\n";
+    return true;
+  }
+  std::ofstream out(path);
+  out << text << "\n";
+  if (!out) std::fprintf(stderr, "skippy-correctness: cannot write %s\n", path.c_str());
+  return static_cast<bool>(out);
+}
+
+struct BatchSplitArgs {
+  std::string model_path;
+  bool flash_attn_off = false;
+  int threads = 2;
+  uint32_t batch_size = 512;
+  size_t min_batch = 0;  // 0: runtime::MinExactBatch
+  std::string report_out;
+};
+
+int RunBatchSplit(const BatchSplitArgs& a) {
+  skippy::runtime::EngineOptions eo;
+  eo.model_path = a.model_path;
+  eo.context.n_ctx = 1024;
+  eo.context.n_batch = eo.context.n_ubatch = a.batch_size;
+  eo.context.n_threads = a.threads;
+  eo.context.flash_attn = !a.flash_attn_off;
+  eo.context.kv_unified = false;  // the server's layout: one stream per lane
+  eo.context.swa_full = true;
+  eo.lane_count = 1;
+  eo.cache_seq_count = 0;
+  auto engine = skippy::runtime::Engine::Open(eo);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "skippy-correctness: %s\n", engine.status().ToString().c_str());
+    return ExitCodeFor(engine.status());
+  }
+  const size_t m = a.min_batch > 0 ? a.min_batch : (*engine)->MinExactBatch();
+  auto r = skippy::certify::CheckBatchSplits(**engine, 0, m);
+  if (!r.ok()) {
+    std::fprintf(stderr, "skippy-correctness: %s\n", r.status().ToString().c_str());
+    return ExitCodeFor(r.status());
+  }
+  nlohmann::json report = r->ToJson();
+  report["mode"] = "batch-split";
+  report["model"] = a.model_path;
+  report["family_key"] = (*engine)->family().family_key;
+  report["flash_attn"] = !a.flash_attn_off;
+  report["threads"] = a.threads;
+  report["batch_size"] = a.batch_size;
+  report["rule_min_batch"] = (*engine)->MinExactBatch();
+  if (!WriteReport(report, a.report_out)) return kExitInternal;
+  std::fprintf(stderr, "[batch-split] %s flash_attn=%s min_batch=%zu %s\n", report["family_key"].get<std::string>().c_str(),
+               a.flash_attn_off ? "off" : "on", m, r->pass ? "pass" : "MISMATCH");
+  return r->pass ? kExitPass : kExitMismatch;
 }
 
 }  // namespace
@@ -73,6 +135,14 @@ int main(int argc, char** argv) {
   sh->add_flag("--cache-decoded-result-hits", o.cache_decoded_result_hits, "hits answer from stored logits");
   sh->add_flag("--skip-suffix-prefill-check", o.skip_suffix_prefill_check, "skip the suffix check");
   sh->add_flag("--allow-mismatch", allow_mismatch, "exit 0 on a mismatch (the report still says so)");
+  BatchSplitArgs bs;
+  CLI::App* bsc = app.add_subcommand("batch-split", "are logits independent of where prefill batches are cut?");
+  bsc->add_option("--model", bs.model_path, "GGUF model file")->required();
+  bsc->add_flag("--no-flash-attn", bs.flash_attn_off, "flash attention off (default on; never auto)");
+  bsc->add_option("--threads", bs.threads, "CPU threads")->capture_default_str();
+  bsc->add_option("--batch-size", bs.batch_size, "n_batch = n_ubatch")->capture_default_str();
+  bsc->add_option("--min-batch", bs.min_batch, "smallest batch a cut uses (default: the runtime's rule, 64 on / 2 off)");
+  bsc->add_option("--report-out", bs.report_out, "write the JSON report here (default: stdout)");
   int32_t layer_end = -1, state_layer_start = -1, state_layer_end = -1, state_stage_index = -1;
   sh->add_option("--layer-end", layer_end, "stage layer end (whole model only)");
   sh->add_option("--state-layer-start", state_layer_start, "state layer start (whole model only)");
@@ -86,6 +156,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitPass : kExitBadInput;
   }
+  if (*bsc) return RunBatchSplit(bs);
   o.flash_attn = !flash_attn_off;
   if (layer_end >= 0) o.layer_end = layer_end;
   if (state_layer_start >= 0) o.state_layer_start = state_layer_start;

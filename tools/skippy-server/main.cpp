@@ -6,12 +6,14 @@
 //
 // Exit codes: 0 after a clean stop, 1 when the model cannot be loaded or the port bound, 2 for bad
 // flags.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "skippy/runtime/engine.h"
 #include "skippy/server/http_server.h"
 
 namespace {
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
   skippy::server::ServerOptions o;
   std::vector<std::string> api_keys;
   bool no_cache = false;
-  bool no_flash_attn = false;
+  std::string flash_attn = "off";
 
   CLI::App app{"skippy-server: OpenAI-compatible serving on llama.cpp with an exact-prefix KV cache"};
   app.add_option("-m,--model", o.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
@@ -38,14 +40,17 @@ int main(int argc, char** argv) {
   app.add_option("-c,--ctx-size", o.ctx_per_lane, "context per request (prompt + generated tokens)")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
   app.add_option("-t,--threads", o.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("-b,--batch-size", o.n_batch, "llama.cpp batch size (at least 128: prefill batches keep 64+ rows)")
-      ->capture_default_str()->check(CLI::Range(128, 1 << 16));
+  app.add_option("-b,--batch-size", o.n_batch, "llama.cpp batch size (at least 128 with flash attention on)")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 16));
   app.add_option("--runtime-lane-count,--parallel", o.lane_count, "lanes: requests decoded concurrently")
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--prefill-chunk", o.prefill_chunk,
-                 "largest prefill batch in tokens, at most the batch size (every batch keeps 64+ rows)")
-      ->capture_default_str()->check(CLI::Range(128, 1 << 16));
-  app.add_flag("--no-flash-attn", no_flash_attn, "flash attention off (it is on by default, never auto)");
+                 "largest prefill batch in tokens, at most the batch size (at least 128 with flash attention on)")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 16));
+  app.add_option("--flash-attn", flash_attn,
+                 "on | off, also -fa (never auto). Off: a cache hit may prefill any suffix of 2+ tokens; on: every prefill "
+                 "batch keeps 64+ rows, so a hit prefills at least 64 tokens (README, \"Exactness and batch size\")")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
@@ -59,8 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
   app.add_option("--cache-record-tail", o.record_tail,
                  "also record this many tokens before the prompt end (a cue the next request replaces); 0: off, "
-                 "at least 64 (every prefill batch keeps 64+ rows)")
-      ->capture_default_str()->check(CLI::Range(0, 0) | CLI::Range(64, 1 << 20));
+                 "else at least 2 (64 with flash attention on)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
   app.add_option("--queue-size", o.queue_size, "requests waiting for a lane before 503")->capture_default_str();
@@ -69,13 +74,32 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens-limit", o.max_tokens_limit, "largest max_tokens (0: the context)")->capture_default_str();
   app.add_option("-n,--n-predict", o.default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: lanes + queue + 8)")->capture_default_str();
+  // llama-server spells it -fa; CLI11 takes one-letter short names only.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& a : args) {
+    if (a == "-fa") a = "--flash-attn";
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   o.cache_enabled = !no_cache;
-  o.flash_attn = !no_flash_attn;
+  o.flash_attn = flash_attn == "on";
+  // Every prefill batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
+  // chunk must hold two of them and a tail record must leave one.
+  const uint32_t min_batch = static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn));
+  if (o.n_batch < 2 * min_batch || o.prefill_chunk < 2 * min_batch) {
+    std::fprintf(stderr, "skippy-server: -b and --prefill-chunk must be at least %u with flash attention %s\n",
+                 2 * min_batch, flash_attn.c_str());
+    return 2;
+  }
+  if (o.record_tail != 0 && o.record_tail < min_batch) {
+    std::fprintf(stderr, "skippy-server: --cache-record-tail must be 0 or at least %u with flash attention %s\n",
+                 min_batch, flash_attn.c_str());
+    return 2;
+  }
   if (o.kv_unified && o.cache_enabled) {
     // Never served approximately: see src/skippy/cache/TODO.md, "Serving layout".
     std::fprintf(stderr,

@@ -44,11 +44,10 @@ StatusOr<ModelServer> ModelServer::Start(const ModelServerOptions& o) {
     if (o.kind == ServerKind::kLlamaServer) {
       // llama-server's -c is the total over all slots; pin every setting it would otherwise choose.
       argv.insert(argv.end(), {"-c", std::to_string(o.ctx_size * o.parallel), "-ub", std::to_string(o.batch_size),
-                               "-fa", o.flash_attn ? "on" : "off", "--fit", "off", "--no-webui"});
+                               "-fa", o.flash_attn_auto ? "auto" : o.flash_attn ? "on" : "off", "--fit", "off", "--no-webui"});
     } else {
-      // skippy-server's -c is per lane; flash attention is on unless turned off.
-      argv.insert(argv.end(), {"-c", std::to_string(o.ctx_size)});
-      if (!o.flash_attn) argv.push_back("--no-flash-attn");
+      // skippy-server's -c is per lane; flash attention is explicit (it has no auto).
+      argv.insert(argv.end(), {"-c", std::to_string(o.ctx_size), "--flash-attn", o.flash_attn ? "on" : "off"});
     }
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
     const std::string log = o.log_path.empty() ? "/dev/null" : o.log_path;

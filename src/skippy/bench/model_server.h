@@ -32,6 +32,7 @@ struct ModelServerOptions {
   int parallel = 1;                 // llama-server slots / skippy-server lanes
   int batch_size = 512;
   bool flash_attn = true;
+  bool flash_attn_auto = false;     // llama-server only: -fa auto (its default) instead of on/off
   std::vector<std::string> extra_args;
   std::chrono::seconds startup_timeout{60};
   std::chrono::seconds request_timeout{120};

@@ -33,7 +33,9 @@ StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const s
   ModelServerOptions so = MatchedServerOptions(o, ServerKind::kLlamaServer, o.llama_server_bin, model, o.lanes, log.string());
   if (server == "llama-matched") {
     so.extra_args = {"--cache-ram", "0"};
-  } else if (server != "llama-default") {
+  } else if (server == "llama-default") {
+    so.flash_attn_auto = true;
+  } else {
     return absl::InvalidArgumentError(StrCat("unknown server '", server, "' (skippy, llama-default, llama-matched)"));
   }
   return so;
@@ -101,6 +103,12 @@ std::string Markdown(const json& doc) {
                           "TTFT and end-to-end latency are measured at the client (same C++ client, streamed /completion). "
                           "Medians over repeats of each run's p50. \"vs faster llama-server\" is the faster llama-server "
                           "TTFT p50 divided by Skippy's (above 1x: Skippy is faster).\n\n");
+  if (const json& st = doc.value("settings", json::object()); st.contains("flash_attn")) {
+    md += StrCat("Settings: ", st.value("lanes", 0), " lane(s) = slot(s), ", st.value("threads", 0), " threads, ctx ",
+                 st.value("ctx_size", 0), " per request, batch ", st.value("batch_size", 0), "; flash attention ",
+                 st.value("flash_attn", false) ? "on" : "off", " for skippy-server and llama-matched, ",
+                 st.value("llama_default_flash_attn", std::string("the same")), " for llama-default.\n\n");
+  }
   if (std::string h = HeadToHead(doc); !h.empty()) md += h + "\n## All runs\n\n";
   md += StrCat("| Family | Workload | Server | TTFT p50 ms | TTFT p95 ms | e2e p50 ms | reused / recomputed prompt tokens | "
                           "goodput rps | peak RSS MiB | outputs agree with llama-matched |\n"
@@ -163,7 +171,8 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
 
   json doc = {{"version", 1}, {"machine", MachineInfo()}, {"synthetic_weights", o.model_dir.empty()},
               {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
-                            {"flash_attn", o.flash_attn}, {"repeats", o.repeats}, {"ttft_slo_ms", o.ttft_slo_ms},
+                            {"flash_attn", o.flash_attn}, {"llama_default_flash_attn", "auto (llama-server's default)"},
+                            {"repeats", o.repeats}, {"ttft_slo_ms", o.ttft_slo_ms},
                             {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args}}},
               {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
   auto flush = [&] {

@@ -21,6 +21,7 @@
 // on it); Model() may be read concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,6 +34,14 @@
 #include "skippy/runtime/model.h"
 
 namespace skippy::runtime {
+
+// The fewest rows a prefill batch may have for the tokens it computes to be bit-identical to the
+// same tokens computed in any other batch of at least this many rows: 64 with flash attention on
+// (the CPU kernel's tiled path starts at 64 query rows), 2 with it off (llamafile's sgemm takes
+// matrix products from 2 columns; a 1-row batch uses vector dot products). Measured on the pinned
+// llama.cpp's CPU backend (docs/DESIGN.md); certify::CheckBatchSplits proves it for one loaded
+// model, and skippy-server runs that check before it serves from the cache.
+constexpr size_t MinExactBatch(bool flash_attn) { return flash_attn ? 64 : 2; }
 
 struct EngineOptions {
   std::string model_path;
@@ -64,6 +73,8 @@ class Engine {
   uint32_t lane_count() const { return options_.lane_count; }
   uint32_t cache_seq_count() const { return options_.cache_seq_count; }
   int32_t cache_seq(uint32_t i) const { return static_cast<int32_t>(options_.lane_count + i); }
+  // MinExactBatch(flash_attn) for this engine's context.
+  size_t MinExactBatch() const { return runtime::MinExactBatch(options_.context.flash_attn); }
 
   // Lowest position a sequence still holds cells for (-1 when empty); for sliding-window caches the
   // SWA layers' (they drop cells older than the window when they need room).

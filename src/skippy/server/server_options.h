@@ -14,10 +14,11 @@ struct ServerOptions {
   uint32_t ctx_per_lane = 2048;     // -c: the longest prompt + generation one request may use
   int threads = 2;                  // -t
   uint32_t n_batch = 512;           // -b: llama.cpp batch (prefill chunks never exceed it)
-  bool flash_attn = true;           // explicit (DESIGN.md: never "auto")
+  bool flash_attn = false;          // -fa on|off, never "auto"; off lets a hit prefill 2+ tokens
+                                    // (runtime::MinExactBatch)
   uint32_t lane_count = 1;          // --runtime-lane-count
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
-  // 128, see ServingCache::kMinBatch), ending at every planned record boundary.
+  // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
 
   // Cache.
@@ -36,7 +37,7 @@ struct ServerOptions {
   uint32_t cache_seqs = 32;         // kv_unified: resident cache sequences
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
   uint32_t max_records = 4;         // KvRecurrent records per prompt
-  uint32_t record_tail = 64;        // also record prompt_end - record_tail (0: none; below 64: none)
+  uint32_t record_tail = 64;        // also record prompt_end - record_tail (0 or below MinExactBatch: none)
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "skippy/cache/record_plan.h"
+#include "skippy/certify/batch_split.h"
 #include "skippy/common/strings.h"
 
 #ifndef SKIPPY_LLAMA_COMMIT
@@ -28,6 +29,23 @@ void Warn(const std::string& what, const Status& s) {
 StatusOr<std::unique_ptr<ServingCache>> ServingCache::Create(const ServerOptions& o, runtime::Engine& engine) {
   std::unique_ptr<ServingCache> c(new ServingCache(o, engine));
   c->enabled_ = o.cache_enabled;
+  if (c->enabled_ && engine.family().enabled) {
+    // Restores are exact only if prefill results do not depend on where batches are cut (above
+    // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
+    auto check = certify::CheckBatchSplits(engine, 0, engine.MinExactBatch());
+    if (!check.ok()) {
+      c->enabled_ = false;
+      c->disabled_reason_ = StrCat("the batch-split check could not run: ", check.status().message());
+    } else {
+      c->batch_split_ = check->ToJson();
+      if (!check->pass) {
+        c->enabled_ = false;
+        c->disabled_reason_ = StrCat("the batch-split check failed: logits depend on where prefill batches of ",
+                                     check->min_batch, "+ rows are cut");
+      }
+    }
+    if (!c->enabled_) std::fprintf(stderr, "skippy-server: the cache is off: %s\n", c->disabled_reason_.c_str());
+  }
   const runtime::Model& model = engine.model();
   const runtime::ContextOptions& eff = engine.context().options();
   cache::CacheConfigIdentity& id = c->config_;
@@ -99,7 +117,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
   // Exact-boundary families need their records decided before prefill: recurrent state cannot be
   // cut afterwards, and a sliding-window KV cache keeps only the window behind its last token.
   std::vector<size_t> records;
-  if (n >= kMinBatch && engine_.family().enabled &&
+  if (n >= MinBatch() && engine_.family().enabled &&
       (engine_.family().payload == PayloadKind::kKvRecurrent || ExactBoundaryResident())) {
     cache::PromptShape shape;
     shape.n_tokens = n;
@@ -131,14 +149,14 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     }
     std::sort(records.begin(), records.end());
   }
-  // Every batch keeps at least kMinBatch rows: a record boundary closer than that to the restored
+  // Every batch keeps at least MinBatch() rows: a record boundary closer than that to the restored
   // prefix, to the previous boundary or to the prompt end is dropped.
   std::vector<size_t> stops;
   size_t prev = restored;
   for (size_t b : records) {
     if (b == n) {
       plan.record_boundaries.push_back(b);
-    } else if (b >= prev + kMinBatch && b + kMinBatch <= n) {
+    } else if (b >= prev + MinBatch() && b + MinBatch() <= n) {
       plan.record_boundaries.push_back(b);
       stops.push_back(b);
       prev = b;
@@ -146,7 +164,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
   }
   stops.push_back(n);
   // Each stretch between stops is cut into the fewest chunks of at most PrefillChunk() rows, of
-  // equal length (so none is short: PrefillChunk() >= 2 * kMinBatch).
+  // equal length (so none is short: PrefillChunk() >= 2 * MinBatch()).
   const size_t chunk = PrefillChunk();
   size_t at = restored;
   for (size_t stop : stops) {
@@ -170,16 +188,16 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   };
   if (!enabled_ || !engine_.family().enabled) return miss("cache-disabled");
   const size_t n = prompt.size();
-  if (n < kMinBatch) return miss("short-prompt");
+  if (n < MinBatch()) return miss("short-prompt");
   std::shared_ptr<const cache::DecodedResult> decoded;
   if (auto d = cache_->GetDecoded(scope, prompt); d.ok()) decoded = *d;
-  // At least kMinBatch tokens are left to prefill (one full batch, as in a recompute), unless the
+  // At least MinBatch() tokens are left to prefill (one full batch, as in a recompute), unless the
   // whole prompt is restored for an exact repeat answered from its decoded result.
-  const size_t limit = n - kMinBatch;
+  const size_t limit = n - MinBatch();
   size_t keep = std::min(lane_tokens, n);
   if (!(decoded && keep == n)) keep = std::min(keep, limit);
-  // A lane that held a prompt shorter than kMinBatch computed it in a short batch.
-  if (engine_.SequenceLength(lane) < static_cast<int32_t>(kMinBatch)) keep = 0;
+  // A lane that held a prompt shorter than MinBatch() computed it in a short batch.
+  if (engine_.SequenceLength(lane) < static_cast<int32_t>(MinBatch())) keep = 0;
   std::optional<cache::Match> match;
   cache::MissReason reason = cache::MissReason::kNeverSeen;
   auto lookup = [&](std::span<const Token> key) {
@@ -211,7 +229,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   // (Engine::PaddedPrefix), so for those the lane also wins unless the entry saves a whole batch.
   const bool padded_import =
       match && SlidingWindowExact(match->usable_tokens) && match->entry.desc.seq_id == cache::kNoSequence;
-  if (match && keep > 0 && keep + (padded_import ? kMinBatch : 0) >= match->usable_tokens) {
+  if (match && keep > 0 && keep + (padded_import ? kPaddedImportMinSaving : 0) >= match->usable_tokens) {
     ReleasePin(match->entry.id);
     match.reset();
   }
@@ -268,8 +286,10 @@ Status ServingCache::ImportStored(const cache::EntryDesc& desc, int32_t lane, st
                                                : engine_.ImportState(data, lane, desc.kind);
 }
 
+size_t ServingCache::MinBatch() const { return engine_.MinExactBatch(); }
+
 size_t ServingCache::PrefillChunk() const {
-  return std::max<size_t>(2 * kMinBatch, options_.prefill_chunk);
+  return std::max<size_t>(2 * MinBatch(), options_.prefill_chunk);
 }
 
 bool ServingCache::LaneReuse() const {
@@ -362,7 +382,7 @@ void ServingCache::DropStoreEvictions(const std::vector<uint64_t>& evicted) {
 
 void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kKvRecurrent) return;
-  if (prefix.size() < kMinBatch) return;
+  if (prefix.size() < MinBatch()) return;
   auto bytes = engine_.ExportState(lane, PayloadKind::kKvRecurrent);
   if (!bytes.ok()) {
     Warn("export", bytes.status());
@@ -377,7 +397,7 @@ void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope
 
 void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kResidentKv) return;
-  if (prompt.size() < kMinBatch) return;
+  if (prompt.size() < MinBatch()) return;
   cache::RecordRequest rq;
   rq.kind = PayloadKind::kResidentKv;
   rq.bytes = resident_bytes_per_token_ * prompt.size();
@@ -424,7 +444,7 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
 
 void ServingCache::PutDecoded(const cache::PrefixScope& scope, std::span<const Token> prompt,
                               const std::vector<float>& logits) {
-  if (!enabled_ || !engine_.family().enabled || prompt.size() < kMinBatch) return;
+  if (!enabled_ || !engine_.family().enabled || prompt.size() < MinBatch()) return;
   if (Status s = cache_->PutDecoded(scope, prompt, logits); !s.ok()) Warn("decoded result", s);
 }
 
@@ -453,6 +473,8 @@ nlohmann::json ServingCache::StatsJson() const {
   const cache::PayloadStats p = store_->Stats();
   return {
       {"enabled", enabled_},
+      {"disabled_reason", disabled_reason_},
+      {"batch_split", batch_split_},
       {"family", engine_.family().family_key},
       {"payload", std::string(cache::PayloadKindName(engine_.family().payload))},
       {"entries", s.pool.index.entries},

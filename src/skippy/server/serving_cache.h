@@ -8,9 +8,9 @@
 //      Truncate (SWA models: the exact length of an entry longer than the window); KvRecurrent:
 //      ImportState. An exact repeat whose whole prompt is restorable also returns the
 //      decoded-result entry (the last prompt position's logits), so nothing is prefilled. Otherwise
-//      the lookup is made on prompt[0, n - kMinBatch): a hit prefills at least one full batch.
+//      the lookup is made on prompt[0, n - MinBatch()): a hit prefills at least one full batch.
 //   2. Plan(prompt, restored): the prefill chunk ends and the KvRecurrent record boundaries, every
-//      batch at least kMinBatch rows (see there). tests/server checks per family that outputs and
+//      batch at least MinBatch() rows (see there). tests/server checks per family that outputs and
 //      log-probabilities equal a --no-cache run's.
 //   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
 //      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
@@ -61,13 +61,14 @@ struct PrefillPlan {
 class ServingCache {
  public:
   // `enabled` false (--no-cache): Restore always misses ("cache-disabled") and records are no-ops,
-  // but Plan is the same.
+  // but Plan is the same. With the cache on, Create first runs certify::CheckBatchSplits on lane 0
+  // and turns the cache off (disabled_reason in StatsJson) when it fails or cannot run.
   [[nodiscard]] static StatusOr<std::unique_ptr<ServingCache>> Create(const ServerOptions& options,
                                                                       runtime::Engine& engine);
 
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
   // restored: the prefix already in the lane (Restore's outcome), where the chunks start. No chunk is
-  // shorter than kMinBatch rows unless the whole prompt is (record boundaries that would cut one
+  // shorter than MinBatch() rows unless the whole prompt is (record boundaries that would cut one
   // are dropped); chunk_ends is empty when restored == prompt size.
   PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries,
                    size_t restored) const;
@@ -85,16 +86,16 @@ class ServingCache {
   bool LaneReuse() const;
 
   // A token's KV and logits depend in the last bits on the size class of the batch it was prefilled
-  // in: one row, 2-63 rows, or 64+ rows (CPU kernels switch paths there, e.g. flash attention's
-  // tiled path), and within 64+ rows on nothing else: not on where the batch starts nor on how long
-  // it is (measured on ten zoo families, docs/DESIGN.md). So every batch the server prefills has
-  // at least kMinBatch rows: a hit leaves at least kMinBatch tokens to prefill (or none, for an exact repeat
-  // answered from its decoded result), the plan never cuts a batch shorter, and prompts shorter than
-  // kMinBatch are neither cached nor served from the cache. A restored token was then computed in a
-  // 64+-row batch, as a recompute computes it. tests/server compares log-probabilities with
-  // --no-cache for this.
-  static constexpr size_t kMinBatch = 64;
-  // Rows per prefill batch at most: --prefill-chunk, at least 2 * kMinBatch (see Plan).
+  // in (runtime::MinExactBatch: with flash attention on 1 / 2-63 / 64+ rows, off 1 / 2+ rows), and
+  // within the top class on nothing else: not on where the batch starts nor on how long it is
+  // (docs/DESIGN.md; proved per model at startup, see Create). So every batch the server prefills
+  // has at least MinBatch() rows: a hit leaves at least MinBatch() tokens to prefill (or none, for an
+  // exact repeat answered from its decoded result), the plan never cuts a batch shorter, and
+  // prompts shorter than MinBatch() are neither cached nor served from the cache. A restored token
+  // was then computed in a batch of the same class as in a recompute. tests/server compares
+  // log-probabilities with --no-cache for this, with flash attention on and off.
+  size_t MinBatch() const;
+  // Rows per prefill batch at most: --prefill-chunk, at least 2 * MinBatch() (see Plan).
   size_t PrefillChunk() const;
   void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix);
   void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
@@ -138,10 +139,15 @@ class ServingCache {
   // Erases the entries whose payloads the store evicted for its own cap.
   void DropStoreEvictions(const std::vector<uint64_t>& evicted);
   void Forget(cache::EntryId id);
+  // A sliding-window import longer than the window pins the lane to at least its length; lane reuse
+  // is preferred unless the entry saves this many more tokens.
+  static constexpr size_t kPaddedImportMinSaving = 64;
 
   ServerOptions options_;
   runtime::Engine& engine_;
   bool enabled_ = true;
+  std::string disabled_reason_;  // why the cache is off although it was asked for ("" otherwise)
+  nlohmann::json batch_split_;   // the startup check's report (null when it did not run)
   cache::CacheConfigIdentity config_;
   std::unique_ptr<cache::Cache> cache_;
   std::unique_ptr<cache::PayloadStore> store_;

@@ -1,0 +1,93 @@
+#include "skippy/certify/batch_split.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "skippy/certify/state_handoff.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::certify {
+
+namespace {
+
+using runtime::Token;
+
+// Splits every piece longer than n_batch into the fewest equal pieces of at most n_batch rows
+// (what Engine::Decode and the server's plan would do), so a cut of pieces >= m stays >= m when
+// n_batch >= 2m.
+std::vector<size_t> FitBatch(const std::vector<size_t>& cut, size_t n_batch) {
+  std::vector<size_t> out;
+  for (size_t p : cut) {
+    const size_t k = (p + n_batch - 1) / n_batch;
+    size_t at = 0;
+    for (size_t i = 1; i <= k; ++i) {
+      const size_t end = p * i / k;
+      out.push_back(end - at);
+      at = end;
+    }
+  }
+  return out;
+}
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+nlohmann::json BatchSplitReport::ToJson() const {
+  nlohmann::json j = {{"min_batch", min_batch}, {"n_tokens", n_tokens}, {"pass", pass}, {"cuts", nlohmann::json::array()}};
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    j["cuts"].push_back({{"batches", cuts[i]}, {"prompt_logits_equal", bool(prompt_equal[i])},
+                         {"decode_logits_equal", bool(decode_equal[i])}});
+  }
+  return j;
+}
+
+StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lane, size_t min_batch) {
+  if (min_batch == 0) return absl::InvalidArgumentError("min_batch must be at least 1");
+  const size_t m = min_batch;
+  const size_t n = std::max<size_t>(160, 5 * m);
+  const size_t n_batch = engine.context().options().n_batch;
+  if (n_batch < 2 * m) {
+    return absl::InvalidArgumentError(StrCat("n_batch ", n_batch, " is below twice the smallest batch ", m));
+  }
+  if (n + 1 > engine.context().options().n_ctx / std::max<uint32_t>(1, engine.lane_count() + engine.cache_seq_count())) {
+    return absl::InvalidArgumentError(StrCat("the context holds fewer than ", n + 1, " tokens per lane"));
+  }
+  SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> tokens,
+                          BenchmarkTokens(engine.model(), "Batch split check: the same prompt cut in other places.",
+                                          static_cast<int32_t>(n)));
+  BatchSplitReport r;
+  r.min_batch = m;
+  r.n_tokens = n;
+  const std::vector<std::vector<size_t>> cuts = {
+      {n}, {n - m, m}, {m, n - 2 * m, m}, {n / 2, n - n / 2}, {n / 3, m, n - n / 3 - m}};
+  std::vector<float> ref_prompt, ref_decode;
+  Token next = 0;
+  for (const auto& c : cuts) {
+    const std::vector<size_t> cut = FitBatch(c, n_batch);
+    SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
+    size_t pos = 0;
+    std::vector<float> logits;
+    for (size_t len : cut) {
+      SKIPPY_ASSIGN_OR_RETURN(logits, engine.Decode(lane, std::span(tokens).subspan(pos, len), static_cast<int32_t>(pos)));
+      pos += len;
+    }
+    if (r.cuts.empty()) next = static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<float> after, engine.Decode(lane, std::span(&next, 1), static_cast<int32_t>(pos)));
+    if (r.cuts.empty()) {
+      ref_prompt = logits;
+      ref_decode = after;
+    }
+    r.cuts.push_back(cut);
+    r.prompt_equal.push_back(SameBytes(ref_prompt, logits));
+    r.decode_equal.push_back(SameBytes(ref_decode, after));
+  }
+  SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
+  r.pass = std::all_of(r.prompt_equal.begin(), r.prompt_equal.end(), [](bool b) { return b; }) &&
+           std::all_of(r.decode_equal.begin(), r.decode_equal.end(), [](bool b) { return b; });
+  return r;
+}
+
+}  // namespace skippy::certify

@@ -1,0 +1,46 @@
+// Batch-split check: proves, for one loaded model and context, that a prompt's logits do not depend
+// on how its prefill is cut into batches, as long as every batch has at least
+// Engine::MinExactBatch() rows.
+//
+// Why the serving cache needs it: a hit restores a prefix that was prefilled in one set of batches
+// and prefills the rest in another, while a recompute (--no-cache, llama-server) cuts the same
+// prompt elsewhere. On the pinned llama.cpp's CPU kernels a token's KV and logits depend in the
+// last bits on its batch's size class only: with flash attention on, 1 row / 2-63 rows / 64+ rows
+// (the tiled kernel starts at 64 query rows); with it off, 1 row / 2+ rows (llamafile's sgemm
+// takes matrix products from 2 columns). docs/DESIGN.md has the measurement. Other builds, CPUs
+// and weight types (repacked quantizations, GPU backends) may draw other lines, so skippy-server
+// runs this check at startup and serves without the cache when it fails.
+//
+// Method: the same tokens (BenchmarkTokens) are prefilled into `lane` under several cuts whose
+// batches all have at least min_batch rows (pieces longer than n_batch split evenly, as the
+// server's plan does); after each, one more token is decoded. Pass: the last prompt token's logits
+// and the decoded token's logits are byte-identical under every cut. The lane is cleared before
+// and after.
+//
+// Thread-safety: uses the engine; call it from the thread that owns the engine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "skippy/common/status.h"
+#include "skippy/runtime/engine.h"
+
+namespace skippy::certify {
+
+struct BatchSplitReport {
+  size_t min_batch = 0;                         // smallest batch any cut uses
+  size_t n_tokens = 0;                          // prompt length checked
+  std::vector<std::vector<size_t>> cuts;        // batch lengths of each cut; cuts[0] is the reference
+  std::vector<bool> prompt_equal, decode_equal; // per cut, against cuts[0]
+  bool pass = false;
+  nlohmann::json ToJson() const;
+};
+
+// min_batch: the smallest batch to allow (>= 1). Fails (Status) only when the engine does: bad
+// lane, context too small for the tokens, a decode error.
+StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lane, size_t min_batch);
+
+}  // namespace skippy::certify
