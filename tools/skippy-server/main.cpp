@@ -62,10 +62,10 @@ int main(int argc, char** argv) {
   app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
   app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
-  app.add_option("--cache-record-tail", o.record_tail,
-                 "also record this many tokens before the prompt end (a cue the next request replaces); 0: off, "
-                 "else at least 2 (64 with flash attention on)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  auto* record_tail = app.add_option("--cache-record-tail", o.record_tail,
+                 "hybrid and sliding-window models: also record this many tokens before the prompt end (a cue the "
+                 "next request replaces); 0: off. Default 4, as llama-server's last checkpoint (64 with flash attention on)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
   app.add_option("--queue-size", o.queue_size, "requests waiting for a lane before 503")->capture_default_str();
@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   // Every prefill batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
   // chunk must hold two of them and a tail record must leave one.
   const uint32_t min_batch = static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn));
+  if (record_tail->count() == 0) o.record_tail = std::max<uint32_t>(4, min_batch);
   if (o.n_batch < 2 * min_batch || o.prefill_chunk < 2 * min_batch) {
     std::fprintf(stderr, "skippy-server: -b and --prefill-chunk must be at least %u with flash attention %s\n",
                  2 * min_batch, flash_attn.c_str());

@@ -78,7 +78,9 @@ json SkippyJson(const JobTimings& t) {
           {"cache_miss_reason", t.cache_miss_reason},
           {"decoded_result_hit", t.decoded_result_hit},
           {"queue_ms", t.queue_ms},
-          {"ttft_ms", t.ttft_ms}};
+          {"ttft_ms", t.ttft_ms},
+          {"restore_ms", t.restore_ms},
+          {"record_ms", t.record_ms}};
 }
 
 json UsageJson(size_t prompt_tokens, const Job::View& v) {

@@ -284,7 +284,9 @@ void Scheduler::StartJob(int32_t id) {
     while (lane_tokens < limit && held.tokens[lane_tokens] == prompt[lane_tokens]) ++lane_tokens;
   }
   held = LaneMemory{};  // the lane changes from here on
+  const Clock::time_point restore_start = Clock::now();
   RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens);
+  lane.timings.restore_ms = MsBetween(restore_start, Clock::now());
   lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, r.restored);
   lane.pos = r.restored;
   lane.timings.cache_n = r.restored;
@@ -327,11 +329,13 @@ void Scheduler::PrefillChunk(int32_t id) {
   ++lane.next_chunk;
   const auto& rb = lane.plan.record_boundaries;
   if (end < prompt.size() && std::binary_search(rb.begin(), rb.end(), end)) {
+    const Clock::time_point record_start = Clock::now();
     if (!cache_->ExactBoundaryResident()) {
       cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
     } else {
       cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end));
     }
+    lane.timings.record_ms += MsBetween(record_start, Clock::now());
   }
   if (lane.pos == prompt.size()) {
     lane.prefill_done = Clock::now();

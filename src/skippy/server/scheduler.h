@@ -47,6 +47,8 @@ struct JobTimings {
   double predicted_ms = 0;
   double queue_ms = 0;      // arrival to lane start
   double ttft_ms = 0;       // arrival to the first generated token (server side)
+  double restore_ms = 0;    // the cache lookup and restore (import, lane cut), part of prompt_ms
+  double record_ms = 0;     // records taken during prefill (before the first token), part of prompt_ms
   bool decoded_result_hit = false;
   std::string cache_payload;     // payload restored from, "" on a miss
   std::string cache_miss_reason; // "" on a hit

@@ -37,7 +37,10 @@ struct ServerOptions {
   uint32_t cache_seqs = 32;         // kv_unified: resident cache sequences
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
   uint32_t max_records = 4;         // KvRecurrent records per prompt
-  uint32_t record_tail = 64;        // also record prompt_end - record_tail (0 or below MinExactBatch: none)
+  // Also record prompt_end - record_tail (0 or below MinExactBatch: none): a cue like "Next tool
+  // call:" that the next request of an agent loop replaces. skippy-server's default: 4 (where
+  // llama-server takes its last checkpoint of a hybrid model), 64 with flash attention on.
+  uint32_t record_tail = 4;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
 
