@@ -69,6 +69,32 @@ TEST(RadixIndex, RecurrentOnlyAtExactBoundary) {
   EXPECT_EQ(r.match->entry.desc.kind, PayloadKind::kKvRecurrent);
 }
 
+// path_tokens: how far a request follows the paths of stored entries, hit or miss. A document
+// recorded with one question tells the next request with another question where it branches.
+TEST(RadixIndex, PathTokensSayWhereARequestBranchesOff) {
+  RadixIndex idx;
+  auto s = MakeScope();
+  std::vector<Token> q1 = Range(0, 100);  // document [0, 80) + question 1
+  ASSERT_TRUE(idx.Insert(s, q1, Kr()).ok());
+  ASSERT_TRUE(idx.Insert(s, Range(0, 40), Kr()).ok());
+  std::vector<Token> q2 = Range(0, 80);
+  for (Token t = 900; t < 930; ++t) q2.push_back(t);  // the same document, question 2
+  LookupResult r = idx.Lookup(s, q2, false);
+  ASSERT_TRUE(r.hit());
+  EXPECT_EQ(r.match->usable_tokens, 40u);
+  EXPECT_EQ(r.path_tokens, 80u) << "branches off q1's path where the questions differ";
+  // A miss still reports the path (here inside the first edge).
+  std::vector<Token> early = Range(0, 30);
+  early.push_back(777);
+  LookupResult m = idx.Lookup(s, early, false);
+  EXPECT_FALSE(m.hit());
+  EXPECT_EQ(m.path_tokens, 30u);
+  // A request that follows a path to its end and beyond: the path ends with the entry.
+  EXPECT_EQ(idx.Lookup(s, Range(0, 150), false).path_tokens, 100u);
+  EXPECT_EQ(idx.Lookup(s, Seq({5000, 1}), false).path_tokens, 0u);
+  EXPECT_EQ(idx.Peek(s, q2).path_tokens, 80u);
+}
+
 TEST(RadixIndex, SlidingWindowResidentEntryServesOnlyExactBoundaries) {
   RadixIndex idx;
   auto s = MakeScope();

@@ -28,6 +28,33 @@ TEST(RecordPlan, RecurrentRecordsFullPromptTurnBoundaryAndGrid) {
   EXPECT_EQ(plan->chunk_ends, plan->boundaries);
 }
 
+TEST(RecordPlan, BranchPointComesRightAfterTheFullPrompt) {
+  PromptShape p{1000, {200, 700}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 256;
+  o.tail_tokens = 4;
+  o.max_records = 2;
+  o.branch_point = 930;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({930, 1000}));
+  o.max_records = 4;
+  plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 930, 996, 1000}));
+  // Not beyond the restored prefix, not at the prompt end.
+  o.restored_tokens = 930;
+  plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({996, 1000}));
+  o.restored_tokens = 0;
+  o.branch_point = 1000;
+  plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 768, 996, 1000}));
+}
+
 TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
   PromptShape p{1000, {200, 700}, std::nullopt};
   RecordPlanOptions o;
@@ -72,12 +99,13 @@ TEST(RecordPlan, FewRecordsSpreadOverTheGrid) {
   RecordPlanOptions o;
   o.kind = PayloadKind::kKvRecurrent;
   o.stride = 64;
-  o.max_records = 5;  // the full prompt, then four grid points
+  o.max_records = 6;  // the full prompt, then five grid points
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  // Grid 64..1984 (31 points below the prompt end): the longest (1984), the middle of the other
-  // 30 (1024), then the middles of the halves (512, 1536).
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 1984, 2048}));
+  // Grid 64..1984 (31 points below the prompt end): the two longest (1984, 1920: the last one is
+  // often inside a short question), the middle of the other 29 (960), then the middles of the
+  // halves (512, 1472).
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 960, 1472, 1920, 1984, 2048}));
 }
 
 TEST(RecordPlan, TailBoundaryComesRightAfterTheTurn) {

@@ -164,6 +164,36 @@ INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", 
                                            "gemma4-a4b"),
                          ParamName);
 
+// A document asked about with a second question branches off the first question's path at the
+// document's end; that request records there (RestoreOutcome::branch), so a third question
+// restores the whole document, for a hybrid (KvRecurrent) and a sliding-window family (exact-only
+// ResidentKv entries). With a fresh lane each time (another document in between), only stored
+// entries can serve it.
+TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
+  for (const std::string family : {"qwen3next", "gemma3"}) {
+    auto on = ServerProcess::Start(family, {"-c", "512", "--cache-record-stride", "64"}, family + "-branch");
+    ASSERT_TRUE(on);
+    auto c = on->Client();
+    auto run = [](int from, int n) {
+      std::vector<int> v;
+      for (int i = 0; i < n; ++i) v.push_back(1000 + (from + i * 7) % 5000);
+      return v;
+    };
+    const std::vector<int> doc = run(0, 201), other = run(3, 150);
+    size_t cached = 0;
+    for (int q = 0; q < 3; ++q) {
+      std::vector<int> prompt = doc;
+      for (int t : run(100 + 31 * q, 20)) prompt.push_back(t);
+      auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
+      ASSERT_EQ(st, 200) << a.dump();
+      cached = a["tokens_cached"].get<size_t>();
+      auto [st2, b] = PostJson(*c, "/completion", {{"prompt", other}, {"n_predict", 2}, {"temperature", 0}});
+      ASSERT_EQ(st2, 200) << b.dump();
+    }
+    EXPECT_EQ(cached, doc.size()) << family << ": the third question should restore the document exactly";
+  }
+}
+
 // --kv-unified (resident cache sequences in one shared stream) failed this comparison: a lane that
 // shares a resident entry's cells, and the cells it adds after them, sit at other indices than in
 // a recompute, and CPU flash attention groups cells into tiles by index, so log-probabilities

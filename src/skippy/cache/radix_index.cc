@@ -167,7 +167,8 @@ class Tree {
   }
 
   // Best serving entry for `tokens` (see the header for the rule). Returns entry + usable length.
-  std::pair<Entry*, size_t> Best(std::span<const Token> tokens) const {
+  // path (optional): how many request tokens the walk matched along the tree's edges.
+  std::pair<Entry*, size_t> Best(std::span<const Token> tokens, size_t* path = nullptr) const {
     const Node* n = root_.get();
     size_t pos = 0;
     size_t best_rk = 0;
@@ -189,10 +190,14 @@ class Tree {
         best_rk = pos + k;
         rk_from = c;
       }
-      if (k < c->edge.size()) break;
+      if (k < c->edge.size()) {
+        pos += k;
+        break;
+      }
       pos += k;
       n = c;
     }
+    if (path) *path = pos;
     if (best_exact == 0 && best_rk == 0) return {nullptr, 0};
     if (best_exact >= best_rk) {
       for (Entry* e : exact_at->entries) {
@@ -382,7 +387,7 @@ struct RadixIndex::Impl {
     ScopeTrees* s = FindScope(scope, scope.Fingerprint());
     if (out_scope) *out_scope = s;
     if (s != nullptr && !tokens.empty()) {
-      auto [e, usable] = s->live.Best(tokens);
+      auto [e, usable] = s->live.Best(tokens, &r.path_tokens);
       if (e != nullptr) {
         r.match = Match{e->info, usable, usable == e->info.tokens};
         if (out_entry) *out_entry = e;

@@ -81,6 +81,10 @@ std::string_view MissReasonName(MissReason reason);  // "never-seen", "evicted",
 struct LookupResult {
   std::optional<Match> match;                   // nullopt on a miss
   MissReason miss_reason = MissReason::kNeverSeen;  // meaningful only on a miss
+  // How many of the request's first tokens follow the token path of some live entry of its scope
+  // (hit or miss; >= match->usable_tokens on a hit): where the request branches off the prompts
+  // the cache has seen, which is where the next request on that path will likely branch too.
+  size_t path_tokens = 0;
   bool hit() const { return match.has_value(); }
 };
 

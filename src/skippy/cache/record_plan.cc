@@ -29,6 +29,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
 
   std::vector<size_t> candidates;
   if (options.include_full_prompt) candidates.push_back(n);
+  if (options.branch_point > 0 && options.branch_point < n) candidates.push_back(options.branch_point);
   std::optional<size_t> turn = prompt.final_user_turn_start;
   if (!turn) {
     for (auto it = prompt.message_boundaries.rbegin(); it != prompt.message_boundaries.rend(); ++it) {
@@ -48,9 +49,11 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
     std::vector<size_t> grid;
     for (size_t g = options.stride; g < n; g += options.stride) grid.push_back(g);
     if (!grid.empty()) {
+      // The last two points: the last one lies inside a short question about as often as not.
       candidates.push_back(grid.back());
+      if (grid.size() >= 2) candidates.push_back(grid[grid.size() - 2]);
       std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
-      ranges.emplace_back(0, grid.size() - 1);
+      ranges.emplace_back(0, grid.size() >= 2 ? grid.size() - 2 : 0);
       while (!ranges.empty()) {
         auto [lo, hi] = ranges.front();
         ranges.pop_front();

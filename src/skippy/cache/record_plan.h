@@ -8,10 +8,12 @@
 //
 // Candidates, in priority order, each kept only if it is > restored_tokens, >= min_tokens and fits
 // the budget (max_records, max_bytes):
-//   1. the full prompt (if include_full_prompt);
+//   1. the full prompt (if include_full_prompt), then the branch point (if given: where this prompt
+//      leaves the token paths the cache already holds, e.g. the end of a document asked about
+//      before with another question);
 //   2. the last message boundary before the final user turn (the system prompt + history that the
 //      next turn of the same conversation will share), then n_tokens - tail_tokens (if tail_tokens);
-//   3. the stride grid (multiples of `stride` below n_tokens): the longest point, then coarse to
+//   3. the stride grid (multiples of `stride` below n_tokens): the two longest points, then coarse to
 //      fine (the middle of the rest, the middles of its halves, ...), so records spread out.
 //
 // Thread-safety: pure function.
@@ -51,6 +53,10 @@ struct RecordPlanOptions {
   // prompt often ends in a short cue ("Assistant:", "Next tool call:", a chat template's assistant
   // header) that the next request of the same conversation or agent replaces with the actual reply.
   size_t tail_tokens = 0;
+  // > 0: also record here, right after the full prompt: where this prompt branches off prompts the
+  // cache has seen (LookupResult::path_tokens). The next request on the same path will likely
+  // branch at the same point (a document or system prompt followed by another question).
+  size_t branch_point = 0;
 };
 
 struct RecordPlan {

@@ -287,7 +287,7 @@ void Scheduler::StartJob(int32_t id) {
   const Clock::time_point restore_start = Clock::now();
   RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens);
   lane.timings.restore_ms = MsBetween(restore_start, Clock::now());
-  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, r.restored);
+  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, r.restored, r.branch);
   lane.pos = r.restored;
   lane.timings.cache_n = r.restored;
   lane.timings.prompt_n = prompt.size() - r.restored;

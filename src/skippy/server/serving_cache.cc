@@ -109,7 +109,7 @@ cache::PrefixScope ServingCache::Scope(const std::string& ns) const {
 }
 
 PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const size_t> message_boundaries,
-                               size_t restored) const {
+                               size_t restored, size_t branch) const {
   PrefillPlan plan;
   const size_t n = prompt.size();
   restored = std::min(restored, n);
@@ -130,6 +130,8 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.kind = PayloadKind::kKvRecurrent;  // exact-boundary planning for both (see above)
     ro.stride = options_.record_stride;
     ro.tail_tokens = options_.record_tail;
+    // A branch within the first grid stride (a shared "Document" header) is not worth a record.
+    if (branch >= std::max<size_t>(MinBatch(), options_.record_stride)) ro.branch_point = branch;
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
@@ -137,10 +139,11 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
       ro.max_records = std::min<uint32_t>(ro.max_records, 2);
     }
     ro.restored_tokens = 0;
-    // A hit extends a prefix the cache already knows: the full-prompt, turn and tail records serve
-    // the next request of the same conversation or agent, and grid points inside the suffix would
-    // each cost another prefill batch.
-    if (restored > 0) ro.stride = 0;
+    // A hit that leaves a short suffix extends a prefix the cache already knows: the full-prompt,
+    // branch, turn and tail records serve the next request of the same conversation or agent, and
+    // grid points inside the suffix would each cost a state export. A long new part (a hit on a
+    // shared header, then a new document) gets the grid like a miss.
+    if (n - restored < 4 * static_cast<size_t>(options_.record_stride)) ro.stride = 0;
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
       records = rp->boundaries;
@@ -180,10 +183,12 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
 RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
                                      size_t lane_tokens) {
   RestoreOutcome out;
+  size_t branch = 0;  // max(lane tokens, lookup path): see RestoreOutcome::branch
   auto miss = [&](std::string reason) {
     (void)engine_.Clear(lane);
     out = RestoreOutcome{};
     out.miss_reason = std::move(reason);
+    out.branch = branch;
     return out;
   };
   if (!enabled_ || !engine_.family().enabled) return miss("cache-disabled");
@@ -195,6 +200,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   // whole prompt is restored for an exact repeat answered from its decoded result.
   const size_t limit = n - MinBatch();
   size_t keep = std::min(lane_tokens, n);
+  branch = keep < n ? keep : 0;
   if (!(decoded && keep == n)) keep = std::min(keep, limit);
   // A lane that held a prompt shorter than MinBatch() computed it in a short batch.
   if (engine_.SequenceLength(lane) < static_cast<int32_t>(MinBatch())) keep = 0;
@@ -208,6 +214,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     }
     match = lr->match;
     reason = lr->miss_reason;
+    if (lr->path_tokens < n) branch = std::max(branch, lr->path_tokens);
     return true;
   };
   if (decoded) {
@@ -240,6 +247,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
       return miss("restore-failed");
     }
     ++lane_hits_;
+    out.branch = branch;
     out.restored = keep;
     out.payload = std::string(cache::PayloadKindName(PayloadKind::kResidentKv));
     if (decoded && keep == n) out.decoded = std::move(decoded);
@@ -268,6 +276,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     if (!s.ok()) Warn("restore", s);
     return miss("restore-failed");
   }
+  out.branch = branch;
   out.restored = m.usable_tokens;
   out.payload = std::string(cache::PayloadKindName(m.entry.desc.kind));
   if (decoded && out.restored == n) out.decoded = std::move(decoded);

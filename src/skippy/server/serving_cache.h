@@ -51,6 +51,9 @@ struct RestoreOutcome {
   std::shared_ptr<const cache::DecodedResult> decoded;  // set when the whole prompt was restored
   std::string miss_reason;  // "" on a hit
   std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
+  // Where the prompt branches off what the cache and the lane have seen (hit or miss; 0 when
+  // unknown): Plan records there, so the next prompt that branches at the same point hits it.
+  size_t branch = 0;
 };
 
 struct PrefillPlan {
@@ -70,8 +73,9 @@ class ServingCache {
   // restored: the prefix already in the lane (Restore's outcome), where the chunks start. No chunk is
   // shorter than MinBatch() rows unless the whole prompt is (record boundaries that would cut one
   // are dropped); chunk_ends is empty when restored == prompt size.
+  // branch: RestoreOutcome::branch (an exact-boundary record candidate right after the full prompt).
   PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries,
-                   size_t restored) const;
+                   size_t restored, size_t branch = 0) const;
 
   // lane_tokens: how many of the prompt's first tokens the lane already holds, computed by an
   // earlier prompt's prefill in the same scope (LaneReuse only; else 0). When that is at least what
