@@ -34,10 +34,10 @@ cell() {  # family tag flags... -> equal / differ / error
   esac
 }
 for f in "${families[@]}"; do
-  a=$(cell "$f" off-rule --no-flash-attn)
-  b=$(cell "$f" off-1 --no-flash-attn --min-batch 1)
-  c=$(cell "$f" on-rule)
-  d=$(cell "$f" on-2 --min-batch 2)
+  a=$(cell "$f" off-rule --flash-attn off)
+  b=$(cell "$f" off-1 --flash-attn off --min-batch 1)
+  c=$(cell "$f" on-rule --flash-attn on)
+  d=$(cell "$f" on-2 --flash-attn on --min-batch 2)
   echo "| $f | $a | $b | $c | $d |" >> "$OUT/summary.md"
   echo "[batch-split] $f: off/2 $a, off/1 $b, on/64 $c, on/2 $d" >&2
 done

@@ -12,7 +12,7 @@ function check(cond, what) {
   }
 }
 
-// Long enough to be cached (skippy caches prompts of 64+ tokens).
+// Long enough to be cached in either flash-attention setting (64+ tokens when it is on).
 const system = 'You are a helpful assistant. '.repeat(16);
 
 (async () => {

@@ -63,8 +63,8 @@ std::vector<std::string> SseData(const std::string& body) {
   return out;
 }
 
-// A prompt long enough to be cached: the server caches prompts of 64+ tokens only, and a hit leaves
-// 64 tokens to prefill (ServingCache::kMinBatch).
+// A prompt long enough to be cached with flash attention on as well, where the server caches
+// prompts of 64+ tokens only and a hit leaves 64 tokens to prefill (runtime::MinExactBatch).
 std::string Long(const std::string& sentence) {
   std::string out;
   for (int i = 0; i < 16; ++i) out += sentence + " ";
@@ -120,7 +120,9 @@ TEST_F(ServerHttp, HealthModelsAndLlamaCompletion) {
     for (const json& c : t["top_logprobs"]) {
       const double lp = c["logprob"].get<double>();
       EXPECT_LE(lp, 0.0);
-      if (&c != &t["top_logprobs"][0]) EXPECT_LE(lp, last);
+      if (&c != &t["top_logprobs"][0]) {
+        EXPECT_LE(lp, last);
+      }
       last = lp;
       mass += std::exp(lp);
     }

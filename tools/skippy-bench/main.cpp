@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
   prod->add_option("--threads", o.threads, "threads for both servers")->capture_default_str();
   prod->add_option("--ctx-size", o.ctx_size, "context size for both")->capture_default_str();
   prod->add_option("--batch-size", o.batch_size, "batch = ubatch for both")->capture_default_str();
-  bool no_fa = false;
-  prod->add_flag("--no-flash-attn", no_fa, "flash attention off on both (default on)");
+  std::string prod_fa = "on";
+  prod->add_option("--flash-attn", prod_fa, "on | off for both (never auto)")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   prod->add_option("--concurrency-sweep", concurrency, "comma-separated client counts, e.g. 1,2,4");
   prod->add_option("--concurrent-requests", o.concurrent_requests, "requests per sweep level")->capture_default_str();
   prod->add_option("--ttft-slo-ms", o.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   }
 
   if (*prod) {
-    o.flash_attn = !no_fa;
+    o.flash_attn = prod_fa == "on";
     if (o.zoo_dir.empty()) o.zoo_dir = DefaultCacheDir() + "/zoo/" + o.zoo_preset;
     auto doc = skippy::bench::RunProduction(o);
     if (!doc.ok()) return Fail(doc.status());

@@ -3,7 +3,7 @@
 //   skippy-correctness state-handoff --model FILE --prompt TEXT [--state-payload-kind KIND]
 //       [--prefix-token-count 128] [--cache-hit-repeats 5] [--runtime-lane-count 2]
 //       [--report-out FILE] ...
-//   skippy-correctness batch-split --model FILE [--no-flash-attn] [--min-batch N] [--report-out FILE]
+//   skippy-correctness batch-split --model FILE [--flash-attn on|off] [--min-batch N] [--report-out FILE]
 //       prefills the same tokens under several batch cuts (every batch >= N rows, default
 //       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
 //
@@ -57,7 +57,7 @@ bool WriteReport(const nlohmann::json& report, const std::string& path) {
 
 struct BatchSplitArgs {
   std::string model_path;
-  bool flash_attn_off = false;
+  std::string flash_attn = "on";
   int threads = 2;
   uint32_t batch_size = 512;
   size_t min_batch = 0;  // 0: runtime::MinExactBatch
@@ -70,7 +70,7 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   eo.context.n_ctx = 1024;
   eo.context.n_batch = eo.context.n_ubatch = a.batch_size;
   eo.context.n_threads = a.threads;
-  eo.context.flash_attn = !a.flash_attn_off;
+  eo.context.flash_attn = a.flash_attn == "on";
   eo.context.kv_unified = false;  // the server's layout: one stream per lane
   eo.context.swa_full = true;
   eo.lane_count = 1;
@@ -90,13 +90,13 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   report["mode"] = "batch-split";
   report["model"] = a.model_path;
   report["family_key"] = (*engine)->family().family_key;
-  report["flash_attn"] = !a.flash_attn_off;
+  report["flash_attn"] = a.flash_attn == "on";
   report["threads"] = a.threads;
   report["batch_size"] = a.batch_size;
   report["rule_min_batch"] = (*engine)->MinExactBatch();
   if (!WriteReport(report, a.report_out)) return kExitInternal;
   std::fprintf(stderr, "[batch-split] %s flash_attn=%s min_batch=%zu %s\n", report["family_key"].get<std::string>().c_str(),
-               a.flash_attn_off ? "off" : "on", m, r->pass ? "pass" : "MISMATCH");
+               a.flash_attn.c_str(), m, r->pass ? "pass" : "MISMATCH");
   return r->pass ? kExitPass : kExitMismatch;
 }
 
@@ -112,14 +112,14 @@ int main(int argc, char** argv) {
   std::string report_out;
   std::string prompt_file;
   bool allow_mismatch = false;
-  bool flash_attn_off = false;
+  std::string flash_attn = "on";
   sh->add_option("--model", o.model_path, "GGUF model file")->required();
   sh->add_option("--model-id", o.model_id, "model identity (default: sha256 of the file)");
   sh->add_option("--ctx-size", o.ctx_size, "context size")->capture_default_str();
   sh->add_option("--n-gpu-layers", o.n_gpu_layers, "layers to offload")->capture_default_str();
   sh->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
   sh->add_option("--batch-size", o.batch_size, "n_batch = n_ubatch")->capture_default_str();
-  sh->add_flag("--no-flash-attn", flash_attn_off, "flash attention off (default on; never auto)");
+  sh->add_option("--flash-attn", flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   sh->add_option("--cache-type-k", o.type_k, "K cache type")->capture_default_str();
   sh->add_option("--cache-type-v", o.type_v, "V cache type")->capture_default_str();
   auto* prompt_opt = sh->add_option("--prompt", o.prompt, "prompt text");
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   BatchSplitArgs bs;
   CLI::App* bsc = app.add_subcommand("batch-split", "are logits independent of where prefill batches are cut?");
   bsc->add_option("--model", bs.model_path, "GGUF model file")->required();
-  bsc->add_flag("--no-flash-attn", bs.flash_attn_off, "flash attention off (default on; never auto)");
+  bsc->add_option("--flash-attn", bs.flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   bsc->add_option("--threads", bs.threads, "CPU threads")->capture_default_str();
   bsc->add_option("--batch-size", bs.batch_size, "n_batch = n_ubatch")->capture_default_str();
   bsc->add_option("--min-batch", bs.min_batch, "smallest batch a cut uses (default: the runtime's rule, 64 on / 2 off)");
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitPass : kExitBadInput;
   }
   if (*bsc) return RunBatchSplit(bs);
-  o.flash_attn = !flash_attn_off;
+  o.flash_attn = flash_attn == "on";
   if (layer_end >= 0) o.layer_end = layer_end;
   if (state_layer_start >= 0) o.state_layer_start = state_layer_start;
   if (state_layer_end >= 0) o.state_layer_end = state_layer_end;

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   app.add_option("--prefill-chunk", o.prefill_chunk,
                  "largest prefill batch in tokens, at most the batch size (at least 128 with flash attention on)")
       ->capture_default_str()->check(CLI::Range(16, 1 << 16));
+  app.name("skippy-server");
   app.add_option("--flash-attn", flash_attn,
                  "on | off, also -fa (never auto). Off: a cache hit may prefill any suffix of 2+ tokens; on: every prefill "
                  "batch keeps 64+ rows, so a hit prefills at least 64 tokens (README, \"Exactness and batch size\")")

@@ -72,7 +72,7 @@ json Certify(const ProductionOptions& o, const std::string& model, const std::st
                                    "--runtime-lane-count", std::to_string(std::max<uint32_t>(o.runtime_lane_count, 1)),
                                    "--threads", std::to_string(o.threads), "--ctx-size", std::to_string(o.ctx_size),
                                    "--batch-size", std::to_string(o.batch_size), "--report-out", report.string()};
-  if (!o.flash_attn) argv.push_back("--no-flash-attn");
+  argv.insert(argv.end(), {"--flash-attn", o.flash_attn ? "on" : "off"});
   if (o.borrow_resident_hits) argv.push_back("--borrow-resident-hits");
   if (o.cache_decoded_result_hits) argv.push_back("--cache-decoded-result-hits");
   fs::remove(log);

@@ -42,7 +42,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
   if (turn && *turn > 0) candidates.push_back(*turn);
   if (options.tail_tokens > 0 && options.tail_tokens < n) candidates.push_back(n - options.tail_tokens);
   if (options.stride > 0) {
-    // The grid: its longest point below the prompt end first (a shared system prompt or document
+    // The grid: its two longest points below the prompt end first (a shared system prompt or document
     // followed by different short questions), then coarse to fine -- the middle of the rest, then
     // the middles of its halves, ... -- so further records spread over the whole prompt and a
     // request that diverges at a random point finds a boundary close below it.

@@ -44,17 +44,9 @@ nlohmann::json BatchSplitReport::ToJson() const {
   return j;
 }
 
-StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lane, size_t min_batch) {
-  if (min_batch == 0) return absl::InvalidArgumentError("min_batch must be at least 1");
-  const size_t m = min_batch;
-  const size_t n = std::max<size_t>(160, 5 * m);
-  const size_t n_batch = engine.context().options().n_batch;
-  if (n_batch < 2 * m) {
-    return absl::InvalidArgumentError(StrCat("n_batch ", n_batch, " is below twice the smallest batch ", m));
-  }
-  if (n + 1 > engine.context().options().n_ctx / std::max<uint32_t>(1, engine.lane_count() + engine.cache_seq_count())) {
-    return absl::InvalidArgumentError(StrCat("the context holds fewer than ", n + 1, " tokens per lane"));
-  }
+namespace {
+
+StatusOr<BatchSplitReport> RunCuts(runtime::Engine& engine, int32_t lane, size_t m, size_t n, size_t n_batch) {
   SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> tokens,
                           BenchmarkTokens(engine.model(), "Batch split check: the same prompt cut in other places.",
                                           static_cast<int32_t>(n)));
@@ -84,9 +76,30 @@ StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lan
     r.prompt_equal.push_back(SameBytes(ref_prompt, logits));
     r.decode_equal.push_back(SameBytes(ref_decode, after));
   }
-  SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
   r.pass = std::all_of(r.prompt_equal.begin(), r.prompt_equal.end(), [](bool b) { return b; }) &&
            std::all_of(r.decode_equal.begin(), r.decode_equal.end(), [](bool b) { return b; });
+  return r;
+}
+
+}  // namespace
+
+StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lane, size_t min_batch) {
+  if (min_batch == 0) return absl::InvalidArgumentError("min_batch must be at least 1");
+  const size_t m = min_batch;
+  const size_t n_batch = engine.context().options().n_batch;
+  if (n_batch < 2 * m) {
+    return absl::InvalidArgumentError(StrCat("n_batch ", n_batch, " is below twice the smallest batch ", m));
+  }
+  // 160 tokens, or five smallest batches if more (320 with flash attention on); fewer if the
+  // lane's context is smaller, but never fewer than five smallest batches.
+  const size_t per_lane = engine.context().options().n_ctx / std::max<uint32_t>(1, engine.lane_count() + engine.cache_seq_count());
+  const size_t n = std::min(std::max<size_t>(160, 5 * m), per_lane > 0 ? per_lane - 1 : 0);
+  if (n < 5 * m) {
+    return absl::InvalidArgumentError(StrCat("the context holds ", per_lane, " tokens per lane; the check needs ", 5 * m + 1));
+  }
+  SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
+  auto r = RunCuts(engine, lane, m, n, n_batch);
+  (void)engine.Clear(lane);  // also after a failed decode: the lane is left empty either way
   return r;
 }
 

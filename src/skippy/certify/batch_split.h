@@ -11,9 +11,10 @@
 // and weight types (repacked quantizations, GPU backends) may draw other lines, so skippy-server
 // runs this check at startup and serves without the cache when it fails.
 //
-// Method: the same tokens (BenchmarkTokens) are prefilled into `lane` under several cuts whose
-// batches all have at least min_batch rows (pieces longer than n_batch split evenly, as the
-// server's plan does); after each, one more token is decoded. Pass: the last prompt token's logits
+// Method: the same tokens (BenchmarkTokens; 160, or 5 * min_batch if more, or fewer when the
+// lane's context is smaller) are prefilled into `lane` under five cuts whose batches all have at
+// least min_batch rows (pieces longer than n_batch split into equal pieces); after each, one more
+// token is decoded. Pass: the last prompt token's logits
 // and the decoded token's logits are byte-identical under every cut. The lane is cleared before
 // and after.
 //
@@ -39,8 +40,9 @@ struct BatchSplitReport {
   nlohmann::json ToJson() const;
 };
 
-// min_batch: the smallest batch to allow (>= 1). Fails (Status) only when the engine does: bad
-// lane, context too small for the tokens, a decode error.
+// min_batch: the smallest batch to allow. InvalidArgument for min_batch 0, n_batch below
+// 2 * min_batch, or a lane context below 5 * min_batch + 1 tokens; otherwise fails only when the
+// engine does (bad lane, a decode error). The lane is empty afterwards in every case.
 StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lane, size_t min_batch);
 
 }  // namespace skippy::certify

@@ -3,12 +3,13 @@
 // Sequence ids of the context are split in two ranges that never collide:
 //   lanes          [0, lane_count)                       where requests decode
 //   cache seqs     [lane_count, lane_count + cache_seqs)  where ResidentKv prefixes stay resident
-// With kv_unified (the default) all sequences share one KV stream, so recording and restoring a
-// ResidentKv prefix only tags cells with another sequence id (llama_memory_seq_cp): no bytes move.
+// With kv_unified (ContextOptions' default; skippy-server turns it off) all sequences share one KV
+// stream, so recording and restoring a ResidentKv prefix only tags cells with another sequence id
+// (llama_memory_seq_cp): no bytes move.
 //
 // Exactness rules the engine follows (see DESIGN.md "Bit-exact restore"):
-//   - flash attention is always explicit (on by default), never "auto", so every context that
-//     exchanges state has the same V layout;
+//   - flash attention is always explicit, never "auto", so every context that exchanges state has
+//     the same V layout;
 //   - prefill is chunked by the caller's boundaries, never re-split by the engine except at
 //     n_batch, so a hit and a miss that use the same boundaries compute the same batches;
 //   - a lane is cleared before it receives a restore, so new cells follow the restored ones the

@@ -101,6 +101,9 @@ Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::mo
   const auto min_batch = static_cast<uint32_t>(runtime::MinExactBatch(options_.flash_attn));
   options_.n_batch = std::max<uint32_t>(options_.n_batch, 2 * min_batch);
   options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 2 * min_batch, options_.n_batch);
+  // A tail record must leave a batch of min_batch rows (skippy-server refuses less; options built
+  // in code get the smallest that does).
+  if (options_.record_tail != 0) options_.record_tail = std::max(options_.record_tail, min_batch);
   model_name_ = options_.model_alias.empty() ? std::filesystem::path(options_.model_path).stem().string()
                                              : options_.model_alias;
 }

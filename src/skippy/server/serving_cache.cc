@@ -130,20 +130,23 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     ro.kind = PayloadKind::kKvRecurrent;  // exact-boundary planning for both (see above)
     ro.stride = options_.record_stride;
     ro.tail_tokens = options_.record_tail;
-    // A branch within the first grid stride (a shared "Document" header) is not worth a record.
-    if (branch >= std::max<size_t>(MinBatch(), options_.record_stride)) ro.branch_point = branch;
+    // A branch within the first grid stride (a shared "Document" header) is not worth a record,
+    // nor one the restored prefix already reaches.
+    if (branch >= std::max<size_t>(MinBatch(), options_.record_stride) && branch >= restored + MinBatch()) {
+      ro.branch_point = branch;
+    }
     ro.max_records = std::max<uint32_t>(1, options_.max_records);
     // With --kv-unified, sliding-window records each hold a cache sequence: keep two per prompt (the
     // whole prompt and one boundary before it) so a few prompts do not exhaust the sequences.
     if (ExactBoundaryResident() && engine_.cache_seq_count() > 0) {
       ro.max_records = std::min<uint32_t>(ro.max_records, 2);
     }
-    ro.restored_tokens = 0;
+    ro.restored_tokens = restored;  // candidates it already covers take no record slot
     // A hit that leaves a short suffix extends a prefix the cache already knows: the full-prompt,
     // branch, turn and tail records serve the next request of the same conversation or agent, and
     // grid points inside the suffix would each cost a state export. A long new part (a hit on a
     // shared header, then a new document) gets the grid like a miss.
-    if (n - restored < 4 * static_cast<size_t>(options_.record_stride)) ro.stride = 0;
+    if (restored > 0 && n - restored < 4 * static_cast<size_t>(options_.record_stride)) ro.stride = 0;
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
       records = rp->boundaries;
@@ -200,7 +203,9 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   // whole prompt is restored for an exact repeat answered from its decoded result.
   const size_t limit = n - MinBatch();
   size_t keep = std::min(lane_tokens, n);
-  branch = keep < n ? keep : 0;
+  // The lane's last prompt diverges from this one there, unless this one just extends it.
+  const auto held = static_cast<size_t>(std::max(0, engine_.SequenceLength(lane)));
+  branch = keep < std::min(n, held) ? keep : 0;
   if (!(decoded && keep == n)) keep = std::min(keep, limit);
   // A lane that held a prompt shorter than MinBatch() computed it in a short batch.
   if (engine_.SequenceLength(lane) < static_cast<int32_t>(MinBatch())) keep = 0;
@@ -214,7 +219,8 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     }
     match = lr->match;
     reason = lr->miss_reason;
-    if (lr->path_tokens < n) branch = std::max(branch, lr->path_tokens);
+    // The whole key on a stored path is no branch (the prompt may go on the same way).
+    if (lr->path_tokens < key.size()) branch = std::max(branch, lr->path_tokens);
     return true;
   };
   if (decoded) {
@@ -233,7 +239,8 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   }
   // The lane already holds at least as much: no entry is needed. A sliding-window import longer
   // than the window leaves padding cells that stop the lane from later serving shorter prefixes
-  // (Engine::PaddedPrefix), so for those the lane also wins unless the entry saves a whole batch.
+  // (Engine::PaddedPrefix), so for those the lane also wins unless the entry saves
+  // kPaddedImportMinSaving tokens.
   const bool padded_import =
       match && SlidingWindowExact(match->usable_tokens) && match->entry.desc.seq_id == cache::kNoSequence;
   if (match && keep > 0 && keep + (padded_import ? kPaddedImportMinSaving : 0) >= match->usable_tokens) {

@@ -9,8 +9,9 @@
 //      ImportState. An exact repeat whose whole prompt is restorable also returns the
 //      decoded-result entry (the last prompt position's logits), so nothing is prefilled. Otherwise
 //      the lookup is made on prompt[0, n - MinBatch()): a hit prefills at least one full batch.
-//   2. Plan(prompt, restored): the prefill chunk ends and the KvRecurrent record boundaries, every
-//      batch at least MinBatch() rows (see there). tests/server checks per family that outputs and
+//      The outcome also says where the prompt branches off the paths the cache and the lane hold.
+//   2. Plan(prompt, restored, branch): the prefill chunk ends and the exact-boundary record
+//      boundaries (the branch point among them), every batch at least MinBatch() rows (see there). tests/server checks per family that outputs and
 //      log-probabilities equal a --no-cache run's.
 //   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
 //      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
