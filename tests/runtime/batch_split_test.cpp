@@ -11,19 +11,10 @@
 namespace {
 
 using skippy::runtime::Engine;
-using skippy::runtime::EngineOptions;
 namespace env = skippy::testing_env;
 
 std::unique_ptr<Engine> Open(const std::string& family, bool flash_attn) {
-  EngineOptions o;
-  o.model_path = env::ZooFile(family);
-  o.context.n_ctx = 1024;
-  o.context.flash_attn = flash_attn;
-  o.context.kv_unified = false;
-  o.context.swa_full = true;
-  o.lane_count = 1;
-  o.cache_seq_count = 0;
-  auto e = Engine::Open(o);
+  auto e = Engine::Open(env::ServerLayout(family, flash_attn, /*lanes=*/1, /*n_ctx=*/1024));
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
 }

@@ -188,15 +188,7 @@ TEST(EngineRestore, SlidingWindowEntryWithinTheWindowServesShorterPrefixes) {
 class PerLaneStreams : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PerLaneStreams, ImportedPromptContinuesLikeTheSource) {
-  EngineOptions o;
-  o.model_path = env::ZooFile(GetParam());
-  o.context.n_ctx = 2048;
-  o.context.flash_attn = true;
-  o.context.kv_unified = false;
-  o.context.swa_full = true;
-  o.lane_count = 2;
-  o.cache_seq_count = 0;
-  auto opened = Engine::Open(o);
+  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/true, /*lanes=*/2, /*n_ctx=*/2048));
   ASSERT_TRUE(opened.ok()) << opened.status();
   Engine& e = **opened;
   // Sliding-window families: well past the window, so the export holds only the window.

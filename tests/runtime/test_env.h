@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "skippy/common/strings.h"
+#include "skippy/runtime/engine.h"
 
 namespace skippy::testing_env {
 
@@ -14,6 +15,20 @@ inline std::string ZooDir() {
   return SKIPPY_TEST_ZOO_DIR;
 }
 inline std::string ZooFile(std::string_view key) { return StrCat(ZooDir(), "/", key, ".gguf"); }
+
+// skippy-server's layout: one KV stream per lane, full-size sliding-window layers, no cache
+// sequences.
+inline runtime::EngineOptions ServerLayout(std::string_view family, bool flash_attn, uint32_t lanes, uint32_t n_ctx) {
+  runtime::EngineOptions o;
+  o.model_path = ZooFile(family);
+  o.context.n_ctx = n_ctx;
+  o.context.flash_attn = flash_attn;
+  o.context.kv_unified = false;
+  o.context.swa_full = true;
+  o.lane_count = lanes;
+  o.cache_seq_count = 0;
+  return o;
+}
 inline std::string VocabDir() { return SKIPPY_TEST_VOCAB_DIR; }
 inline std::string CorrectnessBin() { return SKIPPY_TEST_CORRECTNESS_BIN; }
 

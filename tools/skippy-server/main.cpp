@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
-  app.add_option("--cache-max-records", o.max_records, "KvRecurrent records per prompt")->capture_default_str();
+  app.add_option("--cache-max-records", o.max_records, "exact-boundary records per prompt (hybrid and sliding-window models)")->capture_default_str();
   auto* record_tail = app.add_option("--cache-record-tail", o.record_tail,
                  "hybrid and sliding-window models: also record this many tokens before the prompt end (a cue the "
                  "next request replaces); 0: off. Default 4, as llama-server's last checkpoint (64 with flash attention on)")

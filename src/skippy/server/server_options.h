@@ -36,7 +36,7 @@ struct ServerOptions {
   uint32_t cache_tokens = 4096;     // kv_unified: resident KV cells for ResidentKv entries
   uint32_t cache_seqs = 32;         // kv_unified: resident cache sequences
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
-  uint32_t max_records = 4;         // KvRecurrent records per prompt
+  uint32_t max_records = 6;         // exact-boundary records per prompt (KvRecurrent, sliding-window)
   // Also record prompt_end - record_tail (0 or below MinExactBatch: none): a cue like "Next tool
   // call:" that the next request of an agent loop replaces. skippy-server's default: 4 (where
   // llama-server takes its last checkpoint of a hybrid model), 64 with flash attention on.
