@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "skippy/certify/logits.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 
@@ -27,10 +28,6 @@ std::vector<size_t> FitBatch(const std::vector<size_t>& cut, size_t n_batch) {
     }
   }
   return out;
-}
-
-bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -66,15 +63,15 @@ StatusOr<BatchSplitReport> RunCuts(runtime::Engine& engine, int32_t lane, size_t
       SKIPPY_ASSIGN_OR_RETURN(logits, engine.Decode(lane, std::span(tokens).subspan(pos, len), static_cast<int32_t>(pos)));
       pos += len;
     }
-    if (r.cuts.empty()) next = static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (r.cuts.empty()) next = Argmax(logits);
     SKIPPY_ASSIGN_OR_RETURN(std::vector<float> after, engine.Decode(lane, std::span(&next, 1), static_cast<int32_t>(pos)));
     if (r.cuts.empty()) {
       ref_prompt = logits;
       ref_decode = after;
     }
     r.cuts.push_back(cut);
-    r.prompt_equal.push_back(SameBytes(ref_prompt, logits));
-    r.decode_equal.push_back(SameBytes(ref_decode, after));
+    r.prompt_equal.push_back(BytesEqual(ref_prompt, logits));
+    r.decode_equal.push_back(BytesEqual(ref_decode, after));
   }
   r.pass = std::all_of(r.prompt_equal.begin(), r.prompt_equal.end(), [](bool b) { return b; }) &&
            std::all_of(r.decode_equal.begin(), r.decode_equal.end(), [](bool b) { return b; });

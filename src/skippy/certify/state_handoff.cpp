@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "skippy/cache/payload_store.h"
+#include "skippy/certify/logits.h"
 #include "skippy/common/digest.h"
 #include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
@@ -32,14 +33,6 @@ constexpr const char* kFiller =
 
 using Clock = std::chrono::steady_clock;
 
-
-Token Argmax(const std::vector<float>& logits) {
-  return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-bool BytesEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
