@@ -226,6 +226,49 @@ TEST_P(PerLaneStreams, ImportedPromptContinuesLikeTheSource) {
 INSTANTIATE_TEST_SUITE_P(Families, PerLaneStreams,
                          ::testing::Values("llama", "deepseek2", "gemma3", "gemma2", "gemma4-a4b", "gemma4-e4b"));
 
+// Prefill (no output row) leaves the state Decode leaves: the server prefills every chunk but a
+// prompt's last this way. Two lanes take the same chunks, one with Decode and one with Prefill;
+// their exported states (the family's production payload) and continuations must be byte-equal.
+class PrefillWithoutLogits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrefillWithoutLogits, LeavesTheStateDecodeLeaves) {
+  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/false, /*lanes=*/1, /*n_ctx=*/512));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Engine& e = **opened;
+  const auto all = Tokens(e, 200);
+  ASSERT_EQ(all.size(), 200u);
+  const std::span<const Token> t(all);
+  const PayloadKind kind = e.family().payload;
+  struct Run {
+    std::vector<uint8_t> state;
+    std::vector<float> next;
+  };
+  auto Prompt = [&](bool with_logits) -> Run {
+    EXPECT_TRUE(e.Clear(0).ok());
+    for (const auto [from, to] : {std::pair<size_t, size_t>{0, 70}, {70, 150}}) {
+      const auto chunk = t.subspan(from, to - from);
+      const bool ok = with_logits ? e.Decode(0, chunk, static_cast<int32_t>(from)).ok()
+                                  : e.Prefill(0, chunk, static_cast<int32_t>(from)).ok();
+      EXPECT_TRUE(ok);
+    }
+    auto state = kind == PayloadKind::kResidentKv ? e.ExportResident(0) : e.ExportState(0, kind);
+    auto next = e.Decode(0, t.subspan(150, 50), 150);
+    EXPECT_TRUE(state.ok() && next.ok());
+    return {state.ok() ? *state : std::vector<uint8_t>{}, next.ok() ? *next : std::vector<float>{}};
+  };
+  const Run decoded = Prompt(/*with_logits=*/true);
+  const Run prefilled = Prompt(/*with_logits=*/false);
+  ASSERT_FALSE(decoded.state.empty());
+  EXPECT_TRUE(decoded.state == prefilled.state) << "exported states differ";
+  ASSERT_FALSE(decoded.next.empty());
+  EXPECT_TRUE(SameBytes(decoded.next, prefilled.next)) << "max |diff| " << MaxAbsDiff(decoded.next, prefilled.next);
+  EXPECT_EQ(e.Prefill(0, t.subspan(0, 4), 3).code(), absl::StatusCode::kInvalidArgument);  // not an append
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PrefillWithoutLogits,
+                         ::testing::Values("llama", "qwen3", "glm4", "olmo", "gemma2", "gemma3", "gemma4-a4b", "gemma4-e4b",
+                                           "deepseek2", "deepseek3", "glm47-flash", "minimax-m27", "qwen3next", "falcon-h1"));
+
 TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {
   auto e = Open("llama", 2);
   ASSERT_TRUE(e);

@@ -106,6 +106,16 @@ StatusOr<std::vector<float>> Engine::Decode(int32_t lane, std::span<const Token>
   return context_->Decode(tokens, pos0, lane);
 }
 
+Status Engine::Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  const int32_t have = SequenceLength(lane);
+  if (pos0 != have) {
+    return absl::InvalidArgumentError(
+        StrCat("prefill must append: lane ", lane, " holds ", have, " tokens, asked to write at ", pos0));
+  }
+  return context_->Prefill(tokens, pos0, lane);
+}
+
 StatusOr<ResidentRecord> Engine::RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq) {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   SKIPPY_RETURN_IF_ERROR(CheckCacheSeq(cache_seq));

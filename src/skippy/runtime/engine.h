@@ -95,6 +95,9 @@ class Engine {
   // Decodes tokens into `lane` at positions [pos0, pos0 + n), split only at n_batch, and returns
   // the last token's logits. REQUIRES: pos0 == SequenceLength(lane) (contiguous append).
   StatusOr<std::vector<float>> Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0);
+  // Decode without the output row (Context::Prefill): for prompt chunks whose logits nobody reads.
+  // Leaves the same state as Decode.
+  Status Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0);
 
   // ResidentKv: keeps the first n_tokens of `lane` resident in cache sequence `cache_seq`
   // (replacing what it held). FailedPrecondition for a family whose payload is not ResidentKv.

@@ -192,6 +192,17 @@ Context::~Context() {
 void Context::ClearSequence(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
 
 StatusOr<std::vector<float>> Context::Decode(std::span<const Token> tokens, int32_t pos0, int32_t seq) {
+  SKIPPY_RETURN_IF_ERROR(Run(tokens, pos0, seq, /*last_logits=*/true));
+  const float* logits = llama_get_logits_ith(ctx_, -1);
+  if (logits == nullptr) return absl::InternalError("llama.cpp returned no logits");
+  return std::vector<float>(logits, logits + model_.n_vocab());
+}
+
+Status Context::Prefill(std::span<const Token> tokens, int32_t pos0, int32_t seq) {
+  return Run(tokens, pos0, seq, /*last_logits=*/false);
+}
+
+Status Context::Run(std::span<const Token> tokens, int32_t pos0, int32_t seq, bool last_logits) {
   if (tokens.empty()) return absl::InvalidArgumentError("nothing to decode: empty token list");
   SKIPPY_RETURN_IF_ERROR(model_.ValidateTokens(tokens));
   const uint32_t n_ctx = llama_n_ctx(ctx_);
@@ -213,16 +224,14 @@ StatusOr<std::vector<float>> Context::Decode(std::span<const Token> tokens, int3
       batch.pos[i] = pos0 + static_cast<int32_t>(start + i);
       batch.n_seq_id[i] = 1;
       batch.seq_id[i][0] = seq;
-      batch.logits[i] = (start + i + 1 == tokens.size()) ? 1 : 0;
+      batch.logits[i] = (last_logits && start + i + 1 == tokens.size()) ? 1 : 0;
     }
     const int32_t rc = llama_decode(ctx_, batch);
     if (rc != 0) {
       return absl::InternalError(StrCat("llama_decode failed (", rc, "): ", TakeLlamaLogTail()));
     }
   }
-  const float* logits = llama_get_logits_ith(ctx_, -1);
-  if (logits == nullptr) return absl::InternalError("llama.cpp returned no logits");
-  return std::vector<float>(logits, logits + model_.n_vocab());
+  return absl::OkStatus();
 }
 
 }  // namespace skippy::runtime

@@ -109,6 +109,11 @@ class Context {
   // returns the logits of the last token. REQUIRES: tokens non-empty and valid for the model,
   // pos0 + size <= n_ctx (InvalidArgument otherwise).
   StatusOr<std::vector<float>> Decode(std::span<const Token> tokens, int32_t pos0, int32_t seq = 0);
+  // The same decode with no output row: llama.cpp skips the output projection (a vocabulary-sized
+  // matrix-vector product, the costliest part of a short batch for large vocabularies). The KV and
+  // recurrent state it leaves are those Decode leaves (outputs only select rows after the last
+  // layer's cache writes). For the chunks of a prompt whose logits nobody reads.
+  Status Prefill(std::span<const Token> tokens, int32_t pos0, int32_t seq = 0);
   // Removes every cell of `seq`.
   void ClearSequence(int32_t seq);
 
@@ -120,6 +125,9 @@ class Context {
  private:
   Context(const Model& model, ContextOptions options, llama_context* ctx, ggml_threadpool* threadpool)
       : model_(model), options_(options), ctx_(ctx), threadpool_(threadpool) {}
+  // Decode and Prefill: validates, then runs llama_decode per n_batch chunk; `last_logits` asks for
+  // the last token's output row.
+  Status Run(std::span<const Token> tokens, int32_t pos0, int32_t seq, bool last_logits);
   const Model& model_;
   ContextOptions options_;
   llama_context* ctx_;

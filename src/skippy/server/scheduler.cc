@@ -322,12 +322,19 @@ void Scheduler::PrefillChunk(int32_t id) {
   Job& job = *lane.job;
   const std::vector<Token>& prompt = job.prompt().tokens;
   const size_t end = lane.plan.chunk_ends[lane.next_chunk];
-  auto logits = engine_->Decode(id, std::span(prompt.data() + lane.pos, end - lane.pos), static_cast<int32_t>(lane.pos));
-  if (!logits.ok()) {
-    FinishLane(id, "", FromStatus(logits.status()));
+  const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
+  if (end == prompt.size()) {
+    auto logits = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));
+    if (!logits.ok()) {
+      FinishLane(id, "", FromStatus(logits.status()));
+      return;
+    }
+    lane.logits = std::move(*logits);
+  } else if (absl::Status s = engine_->Prefill(id, chunk, static_cast<int32_t>(lane.pos)); !s.ok()) {
+    // Only the last chunk's logits are read: the others skip the output projection.
+    FinishLane(id, "", FromStatus(s));
     return;
   }
-  lane.logits = std::move(*logits);
   lane.pos = end;
   ++lane.next_chunk;
   const auto& rb = lane.plan.record_boundaries;
