@@ -24,8 +24,23 @@ TEST(RecordPlan, RecurrentRecordsFullPromptTurnBoundaryAndGrid) {
   o.max_records = 8;
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({256, 512, 700, 768, 1000}));
+  // 768 is within half a stride of the turn boundary 700: skipped.
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({256, 512, 700, 1000}));
   EXPECT_EQ(plan->chunk_ends, plan->boundaries);
+}
+
+TEST(RecordPlan, GridSkipsPointsNextToChosenBoundaries) {
+  // A 514-token miss with the n - 4 tail record: the grid point 512 would serve what 510 serves, so
+  // the six records spread further down the prompt instead.
+  PromptShape p{514, {}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 64;
+  o.tail_tokens = 4;
+  o.max_records = 6;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({128, 256, 384, 448, 510, 514}));
 }
 
 TEST(RecordPlan, BranchPointComesRightAfterTheFullPrompt) {
@@ -52,7 +67,7 @@ TEST(RecordPlan, BranchPointComesRightAfterTheFullPrompt) {
   o.branch_point = 1000;
   plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 768, 996, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 700, 996, 1000}));
 }
 
 TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
@@ -63,7 +78,7 @@ TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
   o.max_records = 3;
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 768, 1000}));
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 700, 1000}));
 }
 
 TEST(RecordPlan, ByteBudgetSkipsWhatDoesNotFit) {

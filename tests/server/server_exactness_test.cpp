@@ -194,6 +194,35 @@ TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
   }
 }
 
+// Sliding-window family, two questions on a document back to back: the second is served by cutting
+// the lane back to the document's end, so nothing of the document is prefilled and the plan records
+// nothing there; the cut itself is recorded (an exact-only entry, the document is longer than the
+// window). After another prompt takes the lane, a third question restores the whole document
+// (without that record: a grid point, 128).
+TEST(BranchPoint, ALaneCutAtABranchIsRecorded) {
+  auto on = ServerProcess::Start("gemma3", {"-c", "512", "--cache-record-stride", "64"}, "gemma3-lane-branch");
+  ASSERT_TRUE(on);
+  auto c = on->Client();
+  auto run = [](int from, int n) {
+    std::vector<int> v;
+    for (int i = 0; i < n; ++i) v.push_back(1000 + (from + i * 7) % 5000);
+    return v;
+  };
+  const std::vector<int> doc = run(0, 201), other = run(3, 150);
+  auto ask = [&](int q) {
+    std::vector<int> prompt = doc;
+    for (int t : run(100 + 31 * q, 20)) prompt.push_back(t);
+    auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
+    EXPECT_EQ(st, 200) << a.dump();
+    return a.value("tokens_cached", size_t{0});
+  };
+  ask(0);
+  EXPECT_EQ(ask(1), doc.size()) << "the lane is cut back to the document";
+  auto [st, b] = PostJson(*c, "/completion", {{"prompt", other}, {"n_predict", 2}, {"temperature", 0}});
+  ASSERT_EQ(st, 200) << b.dump();
+  EXPECT_EQ(ask(2), doc.size()) << "the third question should restore the document from the recorded cut";
+}
+
 // --kv-unified (resident cache sequences in one shared stream) failed this comparison: a lane that
 // shares a resident entry's cells, and the cells it adds after them, sit at other indices than in
 // a recompute, and CPU flash attention groups cells into tiles by index, so log-probabilities

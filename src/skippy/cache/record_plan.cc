@@ -28,6 +28,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
   }
 
   std::vector<size_t> candidates;
+  size_t grid_candidates = 0;  // the last ones of `candidates`
   if (options.include_full_prompt) candidates.push_back(n);
   if (options.branch_point > 0 && options.branch_point < n) candidates.push_back(options.branch_point);
   std::optional<size_t> turn = prompt.final_user_turn_start;
@@ -49,6 +50,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
     std::vector<size_t> grid;
     for (size_t g = options.stride; g < n; g += options.stride) grid.push_back(g);
     if (!grid.empty()) {
+      const size_t grid_start = candidates.size();
       // The last two points: the last one lies inside a short question about as often as not.
       candidates.push_back(grid.back());
       if (grid.size() >= 2) candidates.push_back(grid[grid.size() - 2]);
@@ -63,16 +65,26 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
         ranges.emplace_back(lo, mid);
         ranges.emplace_back(mid + 1, hi);
       }
+      grid_candidates = candidates.size() - grid_start;
     }
   }
 
   RecordPlan plan;
   const size_t limit = ServesShorterPrefixes(options.kind) ? std::min<size_t>(options.max_records, 1)
                                                            : options.max_records;
-  for (size_t c : candidates) {
+  // A grid point within half a stride of a boundary already chosen (the tail, the full prompt, a
+  // branch) adds almost nothing that one does not serve: its slot goes to the next grid point.
+  const size_t named = candidates.size() - grid_candidates;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const size_t c = candidates[i];
     if (plan.boundaries.size() >= limit) break;
     if (c <= options.restored_tokens || c < options.min_tokens) continue;
     if (std::find(plan.boundaries.begin(), plan.boundaries.end(), c) != plan.boundaries.end()) continue;
+    if (i >= named && std::any_of(plan.boundaries.begin(), plan.boundaries.end(), [&](size_t b) {
+          return (b > c ? b - c : c - b) < (options.stride + 1) / 2;
+        })) {
+      continue;
+    }
     uint64_t charge = options.bytes_per_token * c + options.bytes_per_record;
     if (charge > options.max_bytes - plan.planned_bytes) continue;  // a shorter one may still fit
     plan.boundaries.push_back(c);

@@ -14,7 +14,9 @@
 //   2. the last message boundary before the final user turn (the system prompt + history that the
 //      next turn of the same conversation will share), then n_tokens - tail_tokens (if tail_tokens);
 //   3. the stride grid (multiples of `stride` below n_tokens): the two longest points, then coarse to
-//      fine (the middle of the rest, the middles of its halves, ...), so records spread out.
+//      fine (the middle of the rest, the middles of its halves, ...), so records spread out. A grid
+//      point closer than half a stride to a boundary already kept is skipped (the n - tail record
+//      already serves what the last grid point would).
 //
 // Thread-safety: pure function.
 #pragma once

@@ -254,6 +254,14 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
       return miss("restore-failed");
     }
     ++lane_hits_;
+    // The lane was cut where this prompt leaves its last one. A sliding-window entry that long
+    // serves only its exact length and the plan records only past the restored prefix, so record
+    // the cut now: the next prompt that leaves at the same point (another question on the same
+    // document, once other prompts have taken the lane) restores it. The lane holds exactly
+    // these tokens, computed in the batches of a recompute.
+    if (keep == branch && SlidingWindowExact(keep) && keep >= options_.record_stride) {
+      RecordResident(lane, scope, prompt.first(keep));
+    }
     out.branch = branch;
     out.restored = keep;
     out.payload = std::string(cache::PayloadKindName(PayloadKind::kResidentKv));
