@@ -22,7 +22,7 @@ class ServerHttp : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = ServerProcess::Start("llama",
-                                   {"-c", "512", "--runtime-lane-count", "2", "--queue-size", "1", "--prefill-chunk",
+                                   {"-c", "512", "-np", "2", "--queue-size", "1", "--prefill-chunk",
                                     "128", "--api-key", kKey, "--api-key", std::string(kTenantKey) + ":tenant-b",
                                     "--max-body-bytes", "65536"},
                                    "http")

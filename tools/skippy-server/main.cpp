@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", o.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("-b,--batch-size", o.n_batch, "llama.cpp batch size (at least 128 with flash attention on)")
       ->capture_default_str()->check(CLI::Range(16, 1 << 16));
-  app.add_option("--runtime-lane-count,--parallel", o.lane_count, "lanes: requests decoded concurrently")
+  app.add_option("--runtime-lane-count,--parallel", o.lane_count, "lanes: requests decoded concurrently, also -np")
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--prefill-chunk", o.prefill_chunk,
                  "largest prefill batch in tokens, at most the batch size (at least 128 with flash attention on)")
@@ -75,10 +75,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens-limit", o.max_tokens_limit, "largest max_tokens (0: the context)")->capture_default_str();
   app.add_option("-n,--n-predict", o.default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: lanes + queue + 8)")->capture_default_str();
-  // llama-server spells it -fa; CLI11 takes one-letter short names only.
+  // llama-server spells them -fa and -np; CLI11 takes one-letter short names only.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& a : args) {
     if (a == "-fa") a = "--flash-attn";
+    if (a == "-np") a = "--parallel";
   }
   std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
   try {
