@@ -33,6 +33,22 @@ TEST(PayloadStore, RoundTripsBytesExactly) {
   EXPECT_TRUE(store->CheckInvariants().ok());
 }
 
+TEST(PayloadStore, ReadRangeCopiesOnlyTheAskedBytes) {
+  auto store = Make();
+  auto data = Bytes(5000, 2);
+  auto put = store->Put(data);
+  ASSERT_TRUE(put.ok()) << put.status();
+  for (auto [offset, n] : {std::pair<size_t, size_t>{0, 8}, {1000, 100}, {1020, 2000}, {4096, 904}, {5000, 0}, {0, 5000}}) {
+    std::vector<std::byte> out(n);
+    ASSERT_TRUE(store->ReadRange(put->id, offset, out).ok()) << offset << "+" << n;
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), data.begin() + static_cast<std::ptrdiff_t>(offset))) << offset << "+" << n;
+  }
+  std::vector<std::byte> out(10);
+  EXPECT_EQ(store->ReadRange(put->id, 4991, out).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(store->ReadRange(put->id, 6000, std::span(out).first(0)).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(store->ReadRange(put->id + 1, 0, out).code(), absl::StatusCode::kNotFound);
+}
+
 TEST(PayloadStore, DuplicateBlocksAreStoredOnce) {
   auto store = Make();
   auto shared = Bytes(3072, 2);

@@ -9,6 +9,7 @@
 
 #include "skippy/certify/state_handoff.h"
 #include "skippy/runtime/engine.h"
+#include "skippy/runtime/sequence_state.h"
 #include "test_env.h"
 
 namespace {
@@ -268,6 +269,60 @@ TEST_P(PrefillWithoutLogits, LeavesTheStateDecodeLeaves) {
 INSTANTIATE_TEST_SUITE_P(Families, PrefillWithoutLogits,
                          ::testing::Values("llama", "qwen3", "glm4", "olmo", "gemma2", "gemma3", "gemma4-a4b", "gemma4-e4b",
                                            "deepseek2", "deepseek3", "glm47-flash", "minimax-m27", "qwen3next", "falcon-h1"));
+
+// Hybrid lane reuse: a lane that computed prompt A = P + X and decoded a few tokens after it gets
+// only the recurrent state of a record at P (RestoreRecurrentOnto) and its attention KV cut to P;
+// a suffix then continues byte for byte like a lane that prefilled P itself.
+class RecurrentOnto : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RecurrentOnto, ContinuesLikeARecompute) {
+  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/false, /*lanes=*/2, /*n_ctx=*/512));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Engine& e = **opened;
+  ASSERT_EQ(e.family().payload, PayloadKind::kKvRecurrent);
+  const auto all = Tokens(e, 260);
+  ASSERT_EQ(all.size(), 260u);
+  const std::span<const Token> t(all);
+  const size_t p = 130;
+  // Lane 0: P, the record, then X and three one-row decodes (generated tokens).
+  ASSERT_TRUE(e.Prefill(0, t.first(p), 0).ok());
+  auto full = e.ExportState(0, PayloadKind::kKvRecurrent);
+  ASSERT_TRUE(full.ok()) << full.status();
+  auto record = skippy::runtime::RecurrentPartOfHybridState(*full);
+  ASSERT_TRUE(record.ok()) << record.status();
+  // The cut-out part is what llama.cpp exports with PARTIAL_ONLY.
+  auto partial = e.ExportState(0, PayloadKind::kRecurrentOnly);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_TRUE(*partial == *record) << partial->size() << " vs " << record->size() << " bytes";
+  ASSERT_TRUE(e.Decode(0, t.subspan(p, 40), static_cast<int32_t>(p)).ok());
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(e.Decode(0, t.subspan(200 + i, 1), static_cast<int32_t>(p + 40 + i)).ok());
+  // Lane 1: the recompute.
+  ASSERT_TRUE(e.Prefill(1, t.first(p), 0).ok());
+  auto reference = e.Decode(1, t.subspan(p + 80, 50), static_cast<int32_t>(p));
+  ASSERT_TRUE(reference.ok());
+
+  // Refused without touching the lane: more tokens than it holds, bytes that do not split.
+  EXPECT_EQ(e.RestoreRecurrentOnto(*record, 0, 200).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<uint8_t> cut(full->begin(), full->begin() + 64);
+  EXPECT_EQ(skippy::runtime::RecurrentPartOfHybridState(cut).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e.RestoreRecurrentOnto(std::span(cut).first(8), 0, static_cast<int32_t>(p)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e.SequenceLength(0), static_cast<int32_t>(p + 43));
+
+  { auto st = e.RestoreRecurrentOnto(*record, 0, static_cast<int32_t>(p)); ASSERT_TRUE(st.ok()) << st; }
+  EXPECT_EQ(e.SequenceLength(0), static_cast<int32_t>(p));
+  auto hit = e.Decode(0, t.subspan(p + 80, 50), static_cast<int32_t>(p));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_TRUE(SameBytes(*hit, *reference)) << "max |diff| " << MaxAbsDiff(*hit, *reference);
+
+  // A record of another length does not fit the cut: refused, lane cleared.
+  ASSERT_TRUE(e.Clear(0).ok());
+  ASSERT_TRUE(e.Prefill(0, t.first(200), 0).ok());
+  EXPECT_EQ(e.RestoreRecurrentOnto(*record, 0, 150).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(e.SequenceLength(0), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, RecurrentOnto, ::testing::Values("qwen3next", "falcon-h1"));
 
 TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {
   auto e = Open("llama", 2);

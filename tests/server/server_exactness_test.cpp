@@ -154,6 +154,10 @@ void ExpectCacheOnMatchesNoCache(const std::string& family, bool flash_attn) {
     // in the tiny zoo, padded back to position 0 on import).
     EXPECT_GT(stats.value("stored_hits", 0), 0) << stats.dump();
   }
+  if (stats.value("payload", "") == "kv-recurrent") {
+    // The lane keeps its attention KV: hits within its last prompt restore only the recurrent state.
+    EXPECT_GT(stats.value("recurrent_onto_hits", 0), 0) << stats.dump();
+  }
 }
 
 TEST_P(ServingExactness, CacheOnMatchesNoCacheWithFlashAttentionOff) { ExpectCacheOnMatchesNoCache(GetParam(), false); }

@@ -346,6 +346,30 @@ Status PayloadStore::Read(PayloadId id, std::span<std::byte> out) {
   return absl::OkStatus();
 }
 
+Status PayloadStore::ReadRange(PayloadId id, size_t offset, std::span<std::byte> out) {
+  std::lock_guard lock(mu_);
+  Payload* p = impl_->Get(id);
+  if (p == nullptr) return absl::NotFoundError("payload " + std::to_string(id) + " is unknown or freed");
+  if (offset > p->size || out.size() > p->size - offset) {
+    return absl::OutOfRangeError("read of bytes [" + std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                                 ") of payload " + std::to_string(id) + ", which has " + std::to_string(p->size));
+  }
+  size_t block_start = 0, done = 0;
+  for (const Block* b : p->blocks) {
+    if (done == out.size()) break;
+    const size_t block_end = block_start + b->size;
+    const size_t from = offset + done;
+    if (from < block_end) {
+      const size_t n = std::min(block_end - from, out.size() - done);
+      std::memcpy(out.data() + done, b->data.get() + (from - block_start), n);
+      done += n;
+    }
+    block_start = block_end;
+  }
+  impl_->Touch(id, *p);
+  return absl::OkStatus();
+}
+
 StatusOr<std::vector<std::byte>> PayloadStore::Get(PayloadId id) {
   SKIPPY_ASSIGN_OR_RETURN(size_t size, Size(id));
   std::vector<std::byte> out(size);

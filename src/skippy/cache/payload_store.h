@@ -84,6 +84,9 @@ class PayloadStore {
   [[nodiscard]] StatusOr<size_t> Size(PayloadId id) const;
   // Copies the payload into `out`. InvalidArgument unless out.size() equals the payload size.
   [[nodiscard]] Status Read(PayloadId id, std::span<std::byte> out);
+  // Copies bytes [offset, offset + out.size()) of the payload into `out` (only the blocks they span).
+  // OutOfRange past the payload's end.
+  [[nodiscard]] Status ReadRange(PayloadId id, size_t offset, std::span<std::byte> out);
   [[nodiscard]] StatusOr<std::vector<std::byte>> Get(PayloadId id);
 
   [[nodiscard]] Status Pin(PayloadId id);

@@ -259,4 +259,36 @@ Status Engine::ImportState(std::span<const uint8_t> bytes, int32_t lane, Payload
   return absl::OkStatus();
 }
 
+Status Engine::RestoreRecurrentOnto(std::span<const uint8_t> recurrent_part, int32_t lane, int32_t n_tokens) {
+  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
+  if (family_.payload != PayloadKind::kKvRecurrent || !facts_.memory_is_hybrid) {
+    return absl::FailedPreconditionError("a recurrent-only restore needs a hybrid (attention + recurrent) model");
+  }
+  // (A hybrid's first position is its recurrent state's, so only the length can be checked.)
+  if (n_tokens <= 0 || SequenceLength(lane) < n_tokens) {
+    return absl::FailedPreconditionError(
+        StrCat("lane ", lane, " holds ", SequenceLength(lane), " tokens, not the ", n_tokens, " to restore onto"));
+  }
+  if (recurrent_part.size() <= kStateHeaderBytes) return absl::FailedPreconditionError("no recurrent state in the payload");
+  const std::span<const uint8_t> part = recurrent_part;
+  llama_memory_t mem = llama_get_memory(context_->raw());
+  auto fail = [&](Status s) {
+    llama_memory_seq_rm(mem, lane, -1, -1);
+    padded_prefix_[lane] = 0;
+    return s;
+  };
+  // Replaces the lane's recurrent state (llama.cpp clears it first); the attention KV is untouched.
+  const size_t read = llama_state_seq_set_data_ext(context_->raw(), part.data(), part.size(), lane,
+                                                   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+  if (read != part.size()) {
+    return fail(absl::DataLossError(StrCat("llama.cpp rejected the recurrent state for lane ", lane, ": ", TakeLlamaLogTail())));
+  }
+  // The recurrent state now ends at n_tokens - 1; cut the attention KV there too.
+  if (!llama_memory_seq_rm(mem, lane, n_tokens, -1) || SequenceLength(lane) != n_tokens ||
+      llama_memory_seq_pos_max(mem, lane) != n_tokens - 1) {
+    return fail(absl::DataLossError(StrCat("the recurrent state in the payload does not end at position ", n_tokens - 1)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace skippy::runtime

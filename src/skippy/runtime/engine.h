@@ -134,6 +134,15 @@ class Engine {
   // Clears `lane` and imports bytes exported by ExportState for the same kind.
   // DataLoss if llama.cpp rejects the bytes (the lane is left empty).
   Status ImportState(std::span<const uint8_t> bytes, int32_t lane, cache::PayloadKind kind);
+  // KvRecurrent restore onto a lane whose attention KV already holds the payload's first n_tokens
+  // (computed by an earlier prompt in this lane, in batches of the same size class as a recompute;
+  // the caller knows the tokens match): imports `recurrent_part`, the recurrent state of a
+  // kv-recurrent export of n_tokens (RecurrentPartOfHybridState, or an export with
+  // LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), and cuts the attention KV to n_tokens. What llama-server
+  // does with its context checkpoints; it saves copying the attention KV. FailedPrecondition for a
+  // non-hybrid family, a lane holding fewer tokens or an empty part (the lane is untouched);
+  // DataLoss if llama.cpp rejects the state or it ends elsewhere (the lane is then cleared).
+  Status RestoreRecurrentOnto(std::span<const uint8_t> recurrent_part, int32_t lane, int32_t n_tokens);
 
  private:
   Engine() = default;

@@ -1,5 +1,6 @@
 #include "skippy/runtime/sequence_state.h"
 
+#include <cstdint>
 #include <cstring>
 #include <optional>
 
@@ -157,8 +158,11 @@ Status WalkStream(Walker& w, uint32_t cell_count, int32_t seq_id, std::span<cons
   return absl::OkStatus();
 }
 
+// Walks the header and up to `max_blocks` KV blocks; the rest of the bytes must be more KV blocks
+// unless `end` is given, which then receives where the walk stopped.
 StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::span<const int32_t> tokens, bool pad,
-                                         std::vector<uint8_t>* out) {
+                                         std::vector<uint8_t>* out, size_t max_blocks = SIZE_MAX,
+                                         size_t* end = nullptr) {
   Walker w(bytes, out);
   auto magic = w.Read<uint32_t>();
   auto seq_id = w.Read<int32_t>();
@@ -166,7 +170,7 @@ StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::sp
   w.Emit(*magic);
   w.Emit(*seq_id);
   std::vector<KvBlockShape> blocks;
-  while (!w.Done()) {
+  while (!w.Done() && blocks.size() < max_blocks) {
     auto n_stream = w.Read<uint32_t>();
     if (!n_stream || *n_stream == 0 || *n_stream > 1024) return Malformed(w.at(), "bad stream count");
     w.Emit(*n_stream);
@@ -187,6 +191,11 @@ StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::sp
     if (!found) return Malformed(w.at(), "a KV block without cells");
   }
   if (blocks.empty()) return Malformed(w.at(), "no KV block");
+  if (end != nullptr) {
+    *end = w.at();
+  } else if (!w.Done()) {
+    return Malformed(w.at(), "bytes after the KV blocks");
+  }
   return blocks;
 }
 
@@ -201,6 +210,21 @@ StatusOr<std::vector<uint8_t>> PadToPositionZero(std::span<const uint8_t> bytes,
   out.reserve(bytes.size());
   auto blocks = Walk(bytes, tokens, /*pad=*/true, &out);
   if (!blocks.ok()) return blocks.status();
+  return out;
+}
+
+StatusOr<size_t> HybridRecurrentOffset(std::span<const uint8_t> bytes) {
+  size_t end = 0;
+  auto blocks = Walk(bytes, {}, /*pad=*/false, nullptr, /*max_blocks=*/1, &end);
+  if (!blocks.ok()) return blocks.status();
+  if (end == bytes.size()) return Malformed(end, "no recurrent state after the KV block");
+  return end;
+}
+
+StatusOr<std::vector<uint8_t>> RecurrentPartOfHybridState(std::span<const uint8_t> bytes) {
+  SKIPPY_ASSIGN_OR_RETURN(const size_t at, HybridRecurrentOffset(bytes));
+  std::vector<uint8_t> out(bytes.begin(), bytes.begin() + kStateHeaderBytes);
+  out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.end());
   return out;
 }
 

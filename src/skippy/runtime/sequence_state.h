@@ -47,4 +47,15 @@ StatusOr<std::vector<KvBlockShape>> ParseKvSequenceState(std::span<const uint8_t
 // added cells too. Errors as ParseKvSequenceState, and InvalidArgument if `tokens` is too short.
 StatusOr<std::vector<uint8_t>> PadToPositionZero(std::span<const uint8_t> bytes, std::span<const int32_t> tokens);
 
+// A hybrid model's full sequence export is the header (u32 magic, i32 seq_id), the attention KV
+// block, then the recurrent state block; an export with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY is the
+// header and the recurrent block alone. HybridRecurrentOffset returns where the recurrent block of a
+// full export starts, RecurrentPartOfHybridState the partial export cut out of it (header + bytes
+// from there), for a restore onto a lane that already holds the attention KV
+// (Engine::RestoreRecurrentOnto). Errors as ParseKvSequenceState for the KV block;
+// FailedPrecondition if nothing follows it.
+inline constexpr size_t kStateHeaderBytes = sizeof(uint32_t) + sizeof(int32_t);
+StatusOr<size_t> HybridRecurrentOffset(std::span<const uint8_t> bytes);
+StatusOr<std::vector<uint8_t>> RecurrentPartOfHybridState(std::span<const uint8_t> bytes);
+
 }  // namespace skippy::runtime

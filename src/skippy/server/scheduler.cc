@@ -280,15 +280,16 @@ void Scheduler::StartJob(int32_t id) {
   lane.sampler = std::move(*sampler);
 
   lane.scope = cache_->Scope(job.tenant_namespace());
-  size_t lane_tokens = 0;
+  size_t lane_tokens = 0, lane_prompt_tokens = 0;
   LaneMemory& held = held_[static_cast<size_t>(id)];
-  if (cache_->LaneReuse() && held.cache_namespace == lane.scope.cache_namespace) {
+  if ((cache_->LaneReuse() || cache_->HybridLaneReuse()) && held.cache_namespace == lane.scope.cache_namespace) {
     const size_t limit = std::min(held.tokens.size(), prompt.size());
     while (lane_tokens < limit && held.tokens[lane_tokens] == prompt[lane_tokens]) ++lane_tokens;
+    lane_prompt_tokens = held.tokens.size();
   }
   held = LaneMemory{};  // the lane changes from here on
   const Clock::time_point restore_start = Clock::now();
-  RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens);
+  RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens, lane_prompt_tokens);
   lane.timings.restore_ms = MsBetween(restore_start, Clock::now());
   lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, r.restored, r.branch);
   lane.pos = r.restored;
@@ -416,9 +417,15 @@ void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiErro
   // cut off: they were decoded one at a time, not in the prompt's batches).
   LaneMemory& held = held_[static_cast<size_t>(id)];
   held = LaneMemory{};
+  // A hybrid lane keeps everything: its recurrent state cannot be cut, but its attention KV of the
+  // prompt serves the next request with only a recurrent state restored (HybridLaneReuse).
   const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
-  if (!error && cache_->LaneReuse() && n > 0 && lane.pos >= n &&
-      engine_->Truncate(id, static_cast<int32_t>(n)).ok() && engine_->SequenceLength(id) == static_cast<int32_t>(n)) {
+  const bool whole_prompt = !error && n > 0 && lane.pos >= n;
+  if (whole_prompt && cache_->LaneReuse() && engine_->Truncate(id, static_cast<int32_t>(n)).ok() &&
+      engine_->SequenceLength(id) == static_cast<int32_t>(n)) {
+    held.tokens = lane.job->prompt().tokens;
+    held.cache_namespace = lane.scope.cache_namespace;
+  } else if (whole_prompt && cache_->HybridLaneReuse() && engine_->SequenceLength(id) >= static_cast<int32_t>(n)) {
     held.tokens = lane.job->prompt().tokens;
     held.cache_namespace = lane.scope.cache_namespace;
   } else {

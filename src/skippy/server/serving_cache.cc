@@ -1,5 +1,7 @@
 #include "skippy/server/serving_cache.h"
 
+#include "skippy/runtime/sequence_state.h"
+
 #include <limits>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include "skippy/cache/record_plan.h"
 #include "skippy/certify/batch_split.h"
 #include "skippy/common/strings.h"
+#include "skippy/runtime/sequence_state.h"
 
 #ifndef SKIPPY_LLAMA_COMMIT
 #define SKIPPY_LLAMA_COMMIT "unknown"
@@ -184,7 +187,7 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
 }
 
 RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
-                                     size_t lane_tokens) {
+                                     size_t lane_tokens, size_t lane_prompt_tokens) {
   RestoreOutcome out;
   size_t branch = 0;  // max(lane tokens, lookup path): see RestoreOutcome::branch
   auto miss = [&](std::string reason) {
@@ -202,13 +205,12 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   // At least MinBatch() tokens are left to prefill (one full batch, as in a recompute), unless the
   // whole prompt is restored for an exact repeat answered from its decoded result.
   const size_t limit = n - MinBatch();
-  size_t keep = std::min(lane_tokens, n);
-  // The lane's last prompt diverges from this one there, unless this one just extends it.
-  const auto held = static_cast<size_t>(std::max(0, engine_.SequenceLength(lane)));
-  branch = keep < std::min(n, held) ? keep : 0;
-  if (!(decoded && keep == n)) keep = std::min(keep, limit);
   // A lane that held a prompt shorter than MinBatch() computed it in a short batch.
-  if (engine_.SequenceLength(lane) < static_cast<int32_t>(MinBatch())) keep = 0;
+  const size_t lane_shared = lane_prompt_tokens < MinBatch() ? 0 : std::min({lane_tokens, n, lane_prompt_tokens});
+  // The lane's last prompt diverges from this one there, unless this one just extends it.
+  branch = lane_shared < std::min(n, lane_prompt_tokens) ? lane_shared : 0;
+  size_t keep = LaneReuse() ? lane_shared : 0;  // cut the lane itself to this many tokens
+  if (!(decoded && keep == n)) keep = std::min(keep, limit);
   std::optional<cache::Match> match;
   cache::MissReason reason = cache::MissReason::kNeverSeen;
   auto lookup = [&](std::span<const Token> key) {
@@ -282,6 +284,15 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     s = ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
     if (s.ok() && m.usable_tokens < m.entry.tokens) s = engine_.Truncate(lane, static_cast<int32_t>(m.usable_tokens));
     if (s.ok()) ++stored_hits_;
+  } else if (HybridLaneReuse() && lane_shared >= m.usable_tokens && m.usable_tokens == m.entry.tokens) {
+    // The lane's attention KV already holds the entry's tokens: bring back only the recurrent state.
+    s = RestoreRecurrentOnto(m.entry, lane, m.usable_tokens);
+    if (s.ok()) {
+      ++recurrent_onto_hits_;
+    } else {
+      Warn("recurrent-only restore (importing the whole state instead)", s);
+      s = ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
+    }
   } else {
     s = ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
   }
@@ -310,7 +321,27 @@ Status ServingCache::ImportStored(const cache::EntryDesc& desc, int32_t lane, st
                                                : engine_.ImportState(data, lane, desc.kind);
 }
 
+Status ServingCache::RestoreRecurrentOnto(const cache::EntryInfo& entry, int32_t lane, size_t n_tokens) {
+  auto it = entries_.find(entry.id);
+  if (it == entries_.end() || it->second.recurrent_offset == 0) {
+    return absl::FailedPreconditionError("the entry's recurrent part is not located");
+  }
+  const size_t at = it->second.recurrent_offset;
+  SKIPPY_ASSIGN_OR_RETURN(const size_t size, store_->Size(entry.desc.payload_id));
+  if (at >= size) return absl::DataLossError("recurrent offset past the payload");
+  std::vector<uint8_t> part(runtime::kStateHeaderBytes + (size - at));
+  auto out = std::as_writable_bytes(std::span(part));
+  SKIPPY_RETURN_IF_ERROR(store_->ReadRange(entry.desc.payload_id, 0, out.first(runtime::kStateHeaderBytes)));
+  SKIPPY_RETURN_IF_ERROR(store_->ReadRange(entry.desc.payload_id, at, out.subspan(runtime::kStateHeaderBytes)));
+  return engine_.RestoreRecurrentOnto(part, lane, static_cast<int32_t>(n_tokens));
+}
+
 size_t ServingCache::MinBatch() const { return engine_.MinExactBatch(); }
+
+bool ServingCache::HybridLaneReuse() const {
+  return enabled_ && engine_.family().enabled && engine_.family().payload == PayloadKind::kKvRecurrent &&
+         engine_.facts().memory_is_hybrid && engine_.cache_seq_count() == 0 && engine_.model().n_swa() == 0;
+}
 
 size_t ServingCache::PrefillChunk() const {
   return std::max<size_t>(2 * MinBatch(), options_.prefill_chunk);
@@ -388,7 +419,11 @@ bool ServingCache::StorePayload(const cache::PrefixScope& scope, std::span<const
     (void)store_->Release(std::span(&pid, 1));
     return false;
   }
-  entries_[*id] = {scope.cache_namespace, put->id, {}, {}};
+  Registered& reg = entries_[*id];
+  reg = {scope.cache_namespace, put->id, {}, {}};
+  if (kind == PayloadKind::kKvRecurrent && HybridLaneReuse()) {
+    if (auto at = runtime::HybridRecurrentOffset(bytes); at.ok()) reg.recurrent_offset = *at;
+  }
   by_payload_[put->id] = *id;
   return true;
 }
@@ -517,6 +552,7 @@ nlohmann::json ServingCache::StatsJson() const {
       {"spills", spills_.load()},
       {"stored_hits", stored_hits_.load()},
       {"lane_hits", lane_hits_.load()},
+      {"recurrent_onto_hits", recurrent_onto_hits_.load()},
       {"resident_tokens", s.pool.resident_tokens},
       {"free_sequences", s.pool.free_sequences},
       {"payload_store",

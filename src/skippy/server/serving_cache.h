@@ -79,16 +79,23 @@ class ServingCache {
                    size_t restored, size_t branch = 0) const;
 
   // lane_tokens: how many of the prompt's first tokens the lane already holds, computed by an
-  // earlier prompt's prefill in the same scope (LaneReuse only; else 0). When that is at least what
-  // the cache offers, the lane is cut to it and nothing is imported. On a miss the lane is cleared.
-  // Never leaves the lane half-restored: on any failure the lane is cleared and the outcome is a
-  // miss with reason "restore-failed".
+  // earlier prompt's prefill in the same scope (LaneReuse or HybridLaneReuse only; else 0), and
+  // lane_prompt_tokens: that earlier prompt's length. LaneReuse: when lane_tokens is at least what
+  // the cache offers, the lane is cut to it and nothing is imported. HybridLaneReuse: a KvRecurrent
+  // hit within lane_tokens imports only its recurrent state (Engine::RestoreRecurrentOnto). On a
+  // miss the lane is cleared. Never leaves the lane half-restored: on any failure the lane is
+  // cleared and the outcome is a miss with reason "restore-failed".
   RestoreOutcome Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
-                         size_t lane_tokens = 0);
+                         size_t lane_tokens = 0, size_t lane_prompt_tokens = 0);
   // Whether a lane may keep its last prompt's KV for the next request (ResidentKv families, one
   // stream per lane, sliding-window layers full-size so no cell of the lane is ever overwritten):
   // cutting it to a shared prefix gives the cells a recompute would put in the same places.
   bool LaneReuse() const;
+  // Whether a hybrid lane may keep its last prompt's attention KV (and whatever recurrent state it
+  // ended with) for the next request: a KvRecurrent hit at a boundary within the shared prefix then
+  // replaces only the recurrent state and cuts the attention KV there, as llama-server restores a
+  // context checkpoint, instead of importing the whole state. One stream per lane, full attention.
+  bool HybridLaneReuse() const;
 
   // A token's KV and logits depend in the last bits on the size class of the batch it was prefilled
   // in (runtime::MinExactBatch: with flash attention on 1 / 2-63 / 64+ rows, off 1 / 2+ rows), and
@@ -138,6 +145,9 @@ class ServingCache {
   // Imports a payload-store entry (ResidentKv or KvRecurrent bytes) into `lane`; `tokens`: the
   // prefix it serves (a sliding-window import is padded back to position 0 with their ids).
   Status ImportStored(const cache::EntryDesc& desc, int32_t lane, std::span<const runtime::Token> tokens);
+  // HybridLaneReuse: reads only the recurrent part of a stored KvRecurrent entry and restores it onto
+  // the lane's attention KV (Engine::RestoreRecurrentOnto).
+  Status RestoreRecurrentOnto(const cache::EntryInfo& entry, int32_t lane, size_t n_tokens);
   // Records exported bytes as a payload-store entry (no cache sequence). False if not recorded.
   bool StorePayload(const cache::PrefixScope& scope, std::span<const runtime::Token> tokens, cache::PayloadKind kind,
                     const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only);
@@ -164,6 +174,9 @@ class ServingCache {
     uint64_t payload_id = 0;
     cache::PrefixScope scope;         // resident entries only: what a spill re-records
     std::vector<runtime::Token> tokens;
+    // Hybrid KvRecurrent payloads: where the recurrent state starts (HybridRecurrentOffset), so a
+    // HybridLaneReuse restore reads only that part; 0 when unknown.
+    size_t recurrent_offset = 0;
   };
   std::map<cache::EntryId, Registered> entries_;
   std::map<uint64_t, cache::EntryId> by_payload_;
@@ -174,6 +187,7 @@ class ServingCache {
   std::atomic<uint64_t> spills_{0};
   std::atomic<uint64_t> stored_hits_{0};
   std::atomic<uint64_t> lane_hits_{0};
+  std::atomic<uint64_t> recurrent_onto_hits_{0};  // HybridLaneReuse restores
 };
 
 }  // namespace skippy::server
