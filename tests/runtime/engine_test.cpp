@@ -322,6 +322,31 @@ TEST_P(RecurrentOnto, ContinuesLikeARecompute) {
   EXPECT_EQ(e.SequenceLength(0), 0);
 }
 
+// A record's payload built after the fact (HybridStateAt): the attention KV cut from a later export
+// of the same lane plus the recurrent state copied at the boundary equals the export at the boundary.
+TEST_P(RecurrentOnto, StateBuiltLaterEqualsTheExportAtTheBoundary) {
+  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/false, /*lanes=*/1, /*n_ctx=*/512));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Engine& e = **opened;
+  const auto all = Tokens(e, 200);
+  ASSERT_EQ(all.size(), 200u);
+  const std::span<const Token> t(all);
+  ASSERT_TRUE(e.Prefill(0, t.first(130), 0).ok());
+  auto at_boundary = e.ExportState(0, PayloadKind::kKvRecurrent);
+  auto part = e.ExportState(0, PayloadKind::kRecurrentOnly);
+  ASSERT_TRUE(at_boundary.ok() && part.ok());
+  ASSERT_TRUE(e.Decode(0, t.subspan(130, 70), 130).ok());
+  auto later = e.ExportState(0, PayloadKind::kKvRecurrent);
+  ASSERT_TRUE(later.ok());
+  auto built = skippy::runtime::HybridStateAt(*later, 130, *part);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_TRUE(*built == *at_boundary) << built->size() << " vs " << at_boundary->size() << " bytes";
+  // Not past what the later export holds; not from a cut export.
+  EXPECT_EQ(skippy::runtime::HybridStateAt(*later, 201, *part).status().code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<uint8_t> cut(later->begin(), later->begin() + later->size() / 2);
+  EXPECT_FALSE(skippy::runtime::HybridStateAt(cut, 130, *part).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, RecurrentOnto, ::testing::Values("qwen3next", "falcon-h1"));
 
 TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {

@@ -221,6 +221,96 @@ StatusOr<size_t> HybridRecurrentOffset(std::span<const uint8_t> bytes) {
   return end;
 }
 
+StatusOr<std::vector<uint8_t>> HybridStateAt(std::span<const uint8_t> later, size_t n_tokens,
+                                             std::span<const uint8_t> recurrent_part) {
+  if (recurrent_part.size() <= kStateHeaderBytes) {
+    return absl::InvalidArgumentError("no recurrent state in the partial export");
+  }
+  if (n_tokens == 0) return absl::InvalidArgumentError("a state of 0 tokens");
+  std::vector<uint8_t> out;
+  out.reserve(later.size());
+  Walker w(later, &out);
+  auto magic = w.Read<uint32_t>();
+  auto seq_id = w.Read<int32_t>();
+  if (!magic || !seq_id) return Malformed(w.at(), "no header");
+  if (std::memcmp(later.data(), recurrent_part.data(), kStateHeaderBytes) != 0) {
+    return absl::InvalidArgumentError("the partial export is of another sequence");
+  }
+  w.Emit(*magic);
+  w.Emit(*seq_id);
+  auto n_stream = w.Read<uint32_t>();
+  if (!n_stream || *n_stream == 0 || *n_stream > 1024) return Malformed(w.at(), "bad stream count");
+  w.Emit(*n_stream);
+  bool found = false;
+  for (uint32_t st = 0; st < *n_stream; ++st) {
+    auto cell_count = w.Read<uint32_t>();
+    if (!cell_count) return Malformed(w.at(), "stream cut short");
+    if (*cell_count == 0) {
+      w.Emit(uint32_t{0});
+      continue;
+    }
+    if (found) return Malformed(w.at(), "one sequence in two streams");
+    found = true;
+    int32_t first = 0;
+    uint32_t ext = 0;
+    if (!CellsFit(w, *cell_count, 0, *seq_id, &first)) {
+      if (!CellsFit(w, *cell_count, kCellExtBytes, *seq_id, &first)) return Malformed(w.at(), "cells do not parse");
+      ext = kCellExtBytes;
+    }
+    // Cells hold positions first .. first + cell_count - 1 in order: the state at n_tokens is the
+    // first n_tokens of them (position 0 on), every row of theirs and none of the later ones.
+    if (first != 0 || *cell_count < n_tokens) {
+      return absl::FailedPreconditionError(StrCat("the later state holds positions ", first, "..",
+                                                  first + static_cast<int64_t>(*cell_count) - 1, ", not 0..",
+                                                  n_tokens - 1));
+    }
+    const auto keep = static_cast<uint32_t>(n_tokens);
+    const uint32_t drop = *cell_count - keep;
+    w.Emit(keep);
+    if (!w.Copy(static_cast<size_t>(keep) * (12 + ext)) || !w.Skip(static_cast<size_t>(drop) * (12 + ext))) {
+      return Malformed(w.at(), "cells cut short");
+    }
+    const uint32_t v_trans = *w.Read<uint32_t>();
+    const uint32_t n_layer = *w.Read<uint32_t>();
+    w.Emit(v_trans);
+    w.Emit(n_layer);
+    auto rows = [&]() -> Status {
+      auto type = w.Read<int32_t>();
+      auto row = w.Read<uint64_t>();
+      if (!type || !row || *type < 0 || *row == 0 || *row > kMaxRowBytes) return Malformed(w.at(), "bad row header");
+      w.Emit(*type);
+      w.Emit(*row);
+      if (!w.Copy(static_cast<size_t>(*row) * keep) || !w.Skip(static_cast<size_t>(*row) * drop)) {
+        return Malformed(w.at(), "rows cut short");
+      }
+      return absl::OkStatus();
+    };
+    auto transposed = [&]() -> Status {
+      auto type = w.Read<int32_t>();
+      auto el = w.Read<uint32_t>();
+      auto n_embd = w.Read<uint32_t>();
+      if (!type || !el || !n_embd || *type < 0 || *el == 0 || *el > 16 || *n_embd == 0 || *n_embd > kMaxRowBytes) {
+        return Malformed(w.at(), "bad transposed V header");
+      }
+      w.Emit(*type);
+      w.Emit(*el);
+      w.Emit(*n_embd);
+      for (uint32_t j = 0; j < *n_embd; ++j) {
+        if (!w.Copy(static_cast<size_t>(*el) * keep) || !w.Skip(static_cast<size_t>(*el) * drop)) {
+          return Malformed(w.at(), "V runs cut short");
+        }
+      }
+      return absl::OkStatus();
+    };
+    for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(rows());
+    for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(v_trans ? transposed() : rows());
+  }
+  if (!found) return Malformed(w.at(), "a KV block without cells");
+  if (w.Done()) return Malformed(w.at(), "no recurrent state after the KV block");
+  out.insert(out.end(), recurrent_part.begin() + kStateHeaderBytes, recurrent_part.end());
+  return out;
+}
+
 StatusOr<std::vector<uint8_t>> RecurrentPartOfHybridState(std::span<const uint8_t> bytes) {
   SKIPPY_ASSIGN_OR_RETURN(const size_t at, HybridRecurrentOffset(bytes));
   std::vector<uint8_t> out(bytes.begin(), bytes.begin() + kStateHeaderBytes);

@@ -58,4 +58,15 @@ inline constexpr size_t kStateHeaderBytes = sizeof(uint32_t) + sizeof(int32_t);
 StatusOr<size_t> HybridRecurrentOffset(std::span<const uint8_t> bytes);
 StatusOr<std::vector<uint8_t>> RecurrentPartOfHybridState(std::span<const uint8_t> bytes);
 
+// The full export a hybrid sequence would have given at n_tokens, built after the fact: the
+// attention KV block of `later` (a full export of the same sequence, taken when it held more
+// tokens) cut to its first n_tokens cells, then `recurrent_part` (a PARTIAL_ONLY export taken at
+// n_tokens). Attention KV of a position never changes once computed, so the lane need not stop to
+// copy it at every record boundary: only the recurrent state, which later tokens overwrite, is
+// copied there. Byte-identical to the export at n_tokens when the cells hold positions 0.. in
+// order (checked: FailedPrecondition otherwise); errors as ParseKvSequenceState for bytes it does
+// not know, InvalidArgument for a part of another sequence.
+StatusOr<std::vector<uint8_t>> HybridStateAt(std::span<const uint8_t> later, size_t n_tokens,
+                                             std::span<const uint8_t> recurrent_part);
+
 }  // namespace skippy::runtime

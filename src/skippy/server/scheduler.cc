@@ -341,7 +341,9 @@ void Scheduler::PrefillChunk(int32_t id) {
   const auto& rb = lane.plan.record_boundaries;
   if (end < prompt.size() && std::binary_search(rb.begin(), rb.end(), end)) {
     const Clock::time_point record_start = Clock::now();
-    if (!cache_->ExactBoundaryResident()) {
+    if (cache_->DefersRecurrentRecords()) {
+      if (auto p = cache_->CopyRecurrentState(id, end)) lane.pending.push_back(std::move(*p));
+    } else if (!cache_->ExactBoundaryResident()) {
       cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
     } else {
       cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end));
@@ -361,7 +363,11 @@ void Scheduler::RecordPromptEnd(int32_t id) {
   lane.record_prompt_end = false;
   const std::vector<Token>& prompt = lane.job->prompt().tokens;
   const auto& rb = lane.plan.record_boundaries;
-  if (!cache_->ExactBoundaryResident() && std::binary_search(rb.begin(), rb.end(), prompt.size())) {
+  const bool record_prompt = std::binary_search(rb.begin(), rb.end(), prompt.size());
+  if (cache_->DefersRecurrentRecords()) {
+    cache_->RecordDeferred(id, lane.scope, prompt, record_prompt, lane.pending);
+    lane.pending.clear();
+  } else if (!cache_->ExactBoundaryResident() && record_prompt) {
     cache_->RecordRecurrent(id, lane.scope, prompt);
   }
   cache_->RecordResident(id, lane.scope, prompt);

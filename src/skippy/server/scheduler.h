@@ -157,6 +157,7 @@ class Scheduler {
     Clock::time_point prefill_done;
     int64_t generated = 0;
     bool record_prompt_end = false;  // prompt-end records still to make (after the first token)
+    std::vector<PendingRecord> pending;  // boundaries whose attention KV is copied at the prompt end
   };
 
   void Loop();

@@ -454,6 +454,46 @@ void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope
   }
 }
 
+std::optional<PendingRecord> ServingCache::CopyRecurrentState(int32_t lane, size_t tokens) {
+  if (!enabled_ || !DefersRecurrentRecords() || tokens < MinBatch()) return std::nullopt;
+  auto part = engine_.ExportState(lane, PayloadKind::kRecurrentOnly);
+  if (!part.ok()) {
+    Warn("recurrent state copy", part.status());
+    ++record_skips_;
+    return std::nullopt;
+  }
+  return PendingRecord{tokens, std::move(*part)};
+}
+
+void ServingCache::RecordDeferred(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                                  bool record_prompt, std::span<const PendingRecord> pending) {
+  if (!enabled_ || !DefersRecurrentRecords() || (!record_prompt && pending.empty())) return;
+  auto full = engine_.ExportState(lane, PayloadKind::kKvRecurrent);
+  if (!full.ok()) {
+    Warn("export", full.status());
+    record_skips_ += pending.size() + (record_prompt ? 1 : 0);
+    return;
+  }
+  if (record_prompt && prompt.size() >= MinBatch()) {
+    if (StorePayload(scope, prompt, PayloadKind::kKvRecurrent, *full, static_cast<double>(prompt.size()), false)) {
+      ++records_;
+    } else {
+      ++record_skips_;
+    }
+  }
+  for (const PendingRecord& p : pending) {
+    if (p.tokens == 0 || p.tokens >= prompt.size()) continue;
+    auto bytes = runtime::HybridStateAt(*full, p.tokens, p.recurrent);
+    if (bytes.ok() && StorePayload(scope, prompt.first(p.tokens), PayloadKind::kKvRecurrent, *bytes,
+                                   static_cast<double>(p.tokens), false)) {
+      ++records_;
+    } else {
+      if (!bytes.ok()) Warn("deferred record", bytes.status());
+      ++record_skips_;
+    }
+  }
+}
+
 void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kResidentKv) return;
   if (prompt.size() < MinBatch()) return;

@@ -57,6 +57,12 @@ struct RestoreOutcome {
   size_t branch = 0;
 };
 
+// A KvRecurrent record whose attention KV is still to be copied (ServingCache::DefersRecurrentRecords).
+struct PendingRecord {
+  size_t tokens = 0;               // the boundary
+  std::vector<uint8_t> recurrent;  // the recurrent state there (a PARTIAL_ONLY export)
+};
+
 struct PrefillPlan {
   std::vector<size_t> chunk_ends;        // ascending, last == n
   std::vector<size_t> record_boundaries; // KvRecurrent boundaries (subset of chunk_ends)
@@ -110,6 +116,18 @@ class ServingCache {
   // Rows per prefill batch at most: --prefill-chunk, at least 2 * MinBatch() (see Plan).
   size_t PrefillChunk() const;
   void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix);
+  // Hybrids whose attention KV is a plain per-lane cache (HybridLaneReuse): a boundary inside the
+  // prompt copies only the recurrent state (CopyRecurrentState, on the path to the first token); once
+  // the first token is out, RecordDeferred exports the lane once at the prompt end and builds every
+  // boundary's payload from that export's attention KV (runtime::HybridStateAt, byte-identical to
+  // an export at the boundary). Saves copying the attention KV before the first token.
+  bool DefersRecurrentRecords() const { return HybridLaneReuse(); }
+  // nullopt (and nothing to record) when the cache is off or the copy fails.
+  std::optional<PendingRecord> CopyRecurrentState(int32_t lane, size_t tokens);
+  // REQUIRES: the lane holds exactly `prompt`. Records the prompt end when `record_prompt` and each
+  // pending boundary (a prefix of `prompt`).
+  void RecordDeferred(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
+                      bool record_prompt, std::span<const PendingRecord> pending);
   void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
   void PutDecoded(const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
                   const std::vector<float>& logits);
