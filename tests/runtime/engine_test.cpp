@@ -32,6 +32,13 @@ std::unique_ptr<Engine> Open(std::string_view family, uint32_t lanes) {
   return e.ok() ? std::move(*e) : nullptr;
 }
 
+// skippy-server's layout (one stream per lane, flash attention off), 512 tokens per lane.
+std::unique_ptr<Engine> OpenServerLayout(std::string_view family, uint32_t lanes) {
+  auto e = Engine::Open(env::ServerLayout(family, /*flash_attn=*/false, lanes, /*n_ctx=*/512 * lanes));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
 std::vector<Token> Tokens(const Engine& e, int32_t n) {
   auto t = skippy::certify::BenchmarkTokens(e.model(), env::kPrompt, n);
   EXPECT_TRUE(t.ok()) << t.status();
@@ -233,9 +240,9 @@ INSTANTIATE_TEST_SUITE_P(Families, PerLaneStreams,
 class PrefillWithoutLogits : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PrefillWithoutLogits, LeavesTheStateDecodeLeaves) {
-  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/false, /*lanes=*/1, /*n_ctx=*/512));
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  Engine& e = **opened;
+  auto opened = OpenServerLayout(GetParam(), 1);
+  ASSERT_TRUE(opened);
+  Engine& e = *opened;
   const auto all = Tokens(e, 200);
   ASSERT_EQ(all.size(), 200u);
   const std::span<const Token> t(all);
@@ -246,7 +253,7 @@ TEST_P(PrefillWithoutLogits, LeavesTheStateDecodeLeaves) {
   };
   auto Prompt = [&](bool with_logits) -> Run {
     EXPECT_TRUE(e.Clear(0).ok());
-    for (const auto [from, to] : {std::pair<size_t, size_t>{0, 70}, {70, 150}}) {
+    for (const auto& [from, to] : {std::pair<size_t, size_t>{0, 70}, {70, 150}}) {
       const auto chunk = t.subspan(from, to - from);
       const bool ok = with_logits ? e.Decode(0, chunk, static_cast<int32_t>(from)).ok()
                                   : e.Prefill(0, chunk, static_cast<int32_t>(from)).ok();
@@ -276,9 +283,9 @@ INSTANTIATE_TEST_SUITE_P(Families, PrefillWithoutLogits,
 class RecurrentOnto : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RecurrentOnto, ContinuesLikeARecompute) {
-  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/false, /*lanes=*/2, /*n_ctx=*/512));
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  Engine& e = **opened;
+  auto opened = OpenServerLayout(GetParam(), 2);
+  ASSERT_TRUE(opened);
+  Engine& e = *opened;
   ASSERT_EQ(e.family().payload, PayloadKind::kKvRecurrent);
   const auto all = Tokens(e, 260);
   ASSERT_EQ(all.size(), 260u);
@@ -325,9 +332,9 @@ TEST_P(RecurrentOnto, ContinuesLikeARecompute) {
 // A record's payload built after the fact (HybridStateAt): the attention KV cut from a later export
 // of the same lane plus the recurrent state copied at the boundary equals the export at the boundary.
 TEST_P(RecurrentOnto, StateBuiltLaterEqualsTheExportAtTheBoundary) {
-  auto opened = Engine::Open(env::ServerLayout(GetParam(), /*flash_attn=*/false, /*lanes=*/1, /*n_ctx=*/512));
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  Engine& e = **opened;
+  auto opened = OpenServerLayout(GetParam(), 1);
+  ASSERT_TRUE(opened);
+  Engine& e = *opened;
   const auto all = Tokens(e, 200);
   ASSERT_EQ(all.size(), 200u);
   const std::span<const Token> t(all);

@@ -168,6 +168,13 @@ INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", 
                                            "gemma4-a4b"),
                          ParamName);
 
+// n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).
+std::vector<int> TokenRun(int from, int n) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(1000 + (from + i * 7) % 5000);
+  return v;
+}
+
 // A document asked about with a second question branches off the first question's path at the
 // document's end; that request records there (RestoreOutcome::branch), so a third question
 // restores the whole document, for a hybrid (KvRecurrent) and a sliding-window family (exact-only
@@ -178,16 +185,11 @@ TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
     auto on = ServerProcess::Start(family, {"-c", "512", "--cache-record-stride", "64"}, family + "-branch");
     ASSERT_TRUE(on);
     auto c = on->Client();
-    auto run = [](int from, int n) {
-      std::vector<int> v;
-      for (int i = 0; i < n; ++i) v.push_back(1000 + (from + i * 7) % 5000);
-      return v;
-    };
-    const std::vector<int> doc = run(0, 201), other = run(3, 150);
+    const std::vector<int> doc = TokenRun(0, 201), other = TokenRun(3, 150);
     size_t cached = 0;
     for (int q = 0; q < 3; ++q) {
       std::vector<int> prompt = doc;
-      for (int t : run(100 + 31 * q, 20)) prompt.push_back(t);
+      for (int t : TokenRun(100 + 31 * q, 20)) prompt.push_back(t);
       auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
       ASSERT_EQ(st, 200) << a.dump();
       cached = a["tokens_cached"].get<size_t>();
@@ -207,15 +209,10 @@ TEST(BranchPoint, ALaneCutAtABranchIsRecorded) {
   auto on = ServerProcess::Start("gemma3", {"-c", "512", "--cache-record-stride", "64"}, "gemma3-lane-branch");
   ASSERT_TRUE(on);
   auto c = on->Client();
-  auto run = [](int from, int n) {
-    std::vector<int> v;
-    for (int i = 0; i < n; ++i) v.push_back(1000 + (from + i * 7) % 5000);
-    return v;
-  };
-  const std::vector<int> doc = run(0, 201), other = run(3, 150);
+  const std::vector<int> doc = TokenRun(0, 201), other = TokenRun(3, 150);
   auto ask = [&](int q) {
     std::vector<int> prompt = doc;
-    for (int t : run(100 + 31 * q, 20)) prompt.push_back(t);
+    for (int t : TokenRun(100 + 31 * q, 20)) prompt.push_back(t);
     auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
     EXPECT_EQ(st, 200) << a.dump();
     return a.value("tokens_cached", size_t{0});

@@ -96,23 +96,23 @@ Status Engine::CheckCut(int32_t seq, int32_t n_tokens) const {
   return absl::OkStatus();
 }
 
-StatusOr<std::vector<float>> Engine::Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
+Status Engine::CheckAppend(int32_t lane, int32_t pos0) const {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   const int32_t have = SequenceLength(lane);
   if (pos0 != have) {
     return absl::InvalidArgumentError(
         StrCat("decode must append: lane ", lane, " holds ", have, " tokens, asked to write at ", pos0));
   }
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<float>> Engine::Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
+  SKIPPY_RETURN_IF_ERROR(CheckAppend(lane, pos0));
   return context_->Decode(tokens, pos0, lane);
 }
 
 Status Engine::Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
-  SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
-  const int32_t have = SequenceLength(lane);
-  if (pos0 != have) {
-    return absl::InvalidArgumentError(
-        StrCat("prefill must append: lane ", lane, " holds ", have, " tokens, asked to write at ", pos0));
-  }
+  SKIPPY_RETURN_IF_ERROR(CheckAppend(lane, pos0));
   return context_->Prefill(tokens, pos0, lane);
 }
 

@@ -90,20 +90,32 @@ bool CellsFit(const Walker& w, uint32_t cell_count, uint32_t ext, int32_t seq_id
   return v_trans && n_layer && *v_trans <= 1 && *n_layer >= 1 && *n_layer <= kMaxLayers;
 }
 
-// One layer's rows: {i32 type, u64 row_bytes, cell_count rows}, with `pad` zero rows first.
-Status WalkRows(Walker& w, uint32_t cell_count, uint32_t pad) {
+// What a walk writes out (besides checking the layout): the blob as it is, or with every KV block
+// padded down to position 0 (`pad`, with `tokens` for cell exts), or cut to its first `keep` cells.
+struct Rewrite {
+  bool pad = false;
+  std::span<const int32_t> tokens;
+  uint32_t keep = UINT32_MAX;
+};
+
+// One layer's rows: {i32 type, u64 row_bytes, cell_count rows}: `pad` zero rows first, then the
+// first `keep` of them.
+Status WalkRows(Walker& w, uint32_t cell_count, uint32_t pad, uint32_t keep) {
   auto type = w.Read<int32_t>();
   auto row = w.Read<uint64_t>();
   if (!type || !row || *type < 0 || *row == 0 || *row > kMaxRowBytes) return Malformed(w.at(), "bad row header");
   w.Emit(*type);
   w.Emit(*row);
   w.EmitZeros(static_cast<size_t>(*row) * pad);
-  if (!w.Copy(static_cast<size_t>(*row) * cell_count)) return Malformed(w.at(), "rows cut short");
+  if (!w.Copy(static_cast<size_t>(*row) * keep) || !w.Skip(static_cast<size_t>(*row) * (cell_count - keep))) {
+    return Malformed(w.at(), "rows cut short");
+  }
   return absl::OkStatus();
 }
 
-// A transposed V layer: {i32 type, u32 el_bytes, u32 n_embd, n_embd runs of cell_count elements}.
-Status WalkTransposed(Walker& w, uint32_t cell_count, uint32_t pad) {
+// A transposed V layer: {i32 type, u32 el_bytes, u32 n_embd, n_embd runs of cell_count elements},
+// each run padded and cut as WalkRows.
+Status WalkTransposed(Walker& w, uint32_t cell_count, uint32_t pad, uint32_t keep) {
   auto type = w.Read<int32_t>();
   auto el = w.Read<uint32_t>();
   auto n_embd = w.Read<uint32_t>();
@@ -115,14 +127,15 @@ Status WalkTransposed(Walker& w, uint32_t cell_count, uint32_t pad) {
   w.Emit(*n_embd);
   for (uint32_t j = 0; j < *n_embd; ++j) {
     w.EmitZeros(static_cast<size_t>(*el) * pad);
-    if (!w.Copy(static_cast<size_t>(*el) * cell_count)) return Malformed(w.at(), "V runs cut short");
+    if (!w.Copy(static_cast<size_t>(*el) * keep) || !w.Skip(static_cast<size_t>(*el) * (cell_count - keep))) {
+      return Malformed(w.at(), "V runs cut short");
+    }
   }
   return absl::OkStatus();
 }
 
-// Walks one stream with cells. With `tokens` (padding), emits cells for [0, first_pos) first.
-Status WalkStream(Walker& w, uint32_t cell_count, int32_t seq_id, std::span<const int32_t> tokens, bool pad,
-                  KvBlockShape* shape) {
+// Walks one stream with cells, rewriting it as `rw` says.
+Status WalkStream(Walker& w, uint32_t cell_count, int32_t seq_id, const Rewrite& rw, KvBlockShape* shape) {
   int32_t first = 0;
   uint32_t ext = 0;
   if (!CellsFit(w, cell_count, 0, seq_id, &first)) {
@@ -130,39 +143,52 @@ Status WalkStream(Walker& w, uint32_t cell_count, int32_t seq_id, std::span<cons
     ext = kCellExtBytes;
   }
   *shape = KvBlockShape{first, cell_count, ext};
-  const uint32_t n_pad = pad ? static_cast<uint32_t>(first) : 0;
-  if (n_pad > 0 && ext > 0 && tokens.size() < n_pad) {
+  const uint32_t n_pad = rw.pad ? static_cast<uint32_t>(first) : 0;
+  if (n_pad > 0 && ext > 0 && rw.tokens.size() < n_pad) {
     return absl::InvalidArgumentError(
-        StrCat("padding an export to position 0 needs its first ", n_pad, " tokens, got ", tokens.size()));
+        StrCat("padding an export to position 0 needs its first ", n_pad, " tokens, got ", rw.tokens.size()));
   }
-  w.Emit(cell_count + n_pad);
+  uint32_t keep = cell_count;
+  if (rw.keep != UINT32_MAX) {
+    // Cells hold positions first .. first + cell_count - 1 in order (CellsFit): the first `keep`
+    // cells are positions 0 .. keep - 1 only when the block starts at 0.
+    if (first != 0 || cell_count < rw.keep) {
+      return absl::FailedPreconditionError(StrCat("the state holds positions ", first, "..",
+                                                  first + static_cast<int64_t>(cell_count) - 1, ", not 0..",
+                                                  static_cast<int64_t>(rw.keep) - 1));
+    }
+    keep = rw.keep;
+  }
+  const size_t cell_bytes = 12 + ext;
+  w.Emit(keep + n_pad);
   for (uint32_t p = 0; p < n_pad; ++p) {
     w.Emit(static_cast<int32_t>(p));
     w.Emit(uint32_t{1});
     if (ext > 0) {
       w.Emit(int32_t{0});  // x, y: 2D positions, 0 for text
       w.Emit(int32_t{0});
-      w.Emit(tokens[p]);
+      w.Emit(rw.tokens[p]);
     }
     w.Emit(seq_id);
   }
-  if (!w.Copy(static_cast<size_t>(cell_count) * (12 + ext))) return Malformed(w.at(), "cells cut short");
+  if (!w.Copy(cell_bytes * keep) || !w.Skip(cell_bytes * (cell_count - keep))) {
+    return Malformed(w.at(), "cells cut short");
+  }
   const uint32_t v_trans = *w.Read<uint32_t>();
   const uint32_t n_layer = *w.Read<uint32_t>();
   w.Emit(v_trans);
   w.Emit(n_layer);
-  for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(WalkRows(w, cell_count, n_pad));
+  for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(WalkRows(w, cell_count, n_pad, keep));
   for (uint32_t l = 0; l < n_layer; ++l) {
-    SKIPPY_RETURN_IF_ERROR(v_trans ? WalkTransposed(w, cell_count, n_pad) : WalkRows(w, cell_count, n_pad));
+    SKIPPY_RETURN_IF_ERROR(v_trans ? WalkTransposed(w, cell_count, n_pad, keep) : WalkRows(w, cell_count, n_pad, keep));
   }
   return absl::OkStatus();
 }
 
 // Walks the header and up to `max_blocks` KV blocks; the rest of the bytes must be more KV blocks
 // unless `end` is given, which then receives where the walk stopped.
-StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::span<const int32_t> tokens, bool pad,
-                                         std::vector<uint8_t>* out, size_t max_blocks = SIZE_MAX,
-                                         size_t* end = nullptr) {
+StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, const Rewrite& rw, std::vector<uint8_t>* out,
+                                         size_t max_blocks = SIZE_MAX, size_t* end = nullptr) {
   Walker w(bytes, out);
   auto magic = w.Read<uint32_t>();
   auto seq_id = w.Read<int32_t>();
@@ -185,7 +211,7 @@ StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::sp
       if (found) return Malformed(w.at(), "one sequence in two streams");
       found = true;
       KvBlockShape shape;
-      SKIPPY_RETURN_IF_ERROR(WalkStream(w, *cell_count, *seq_id, tokens, pad, &shape));
+      SKIPPY_RETURN_IF_ERROR(WalkStream(w, *cell_count, *seq_id, rw, &shape));
       blocks.push_back(shape);
     }
     if (!found) return Malformed(w.at(), "a KV block without cells");
@@ -202,20 +228,20 @@ StatusOr<std::vector<KvBlockShape>> Walk(std::span<const uint8_t> bytes, std::sp
 }  // namespace
 
 StatusOr<std::vector<KvBlockShape>> ParseKvSequenceState(std::span<const uint8_t> bytes) {
-  return Walk(bytes, {}, /*pad=*/false, nullptr);
+  return Walk(bytes, Rewrite{}, nullptr);
 }
 
 StatusOr<std::vector<uint8_t>> PadToPositionZero(std::span<const uint8_t> bytes, std::span<const int32_t> tokens) {
   std::vector<uint8_t> out;
   out.reserve(bytes.size());
-  auto blocks = Walk(bytes, tokens, /*pad=*/true, &out);
+  auto blocks = Walk(bytes, Rewrite{.pad = true, .tokens = tokens}, &out);
   if (!blocks.ok()) return blocks.status();
   return out;
 }
 
 StatusOr<size_t> HybridRecurrentOffset(std::span<const uint8_t> bytes) {
   size_t end = 0;
-  auto blocks = Walk(bytes, {}, /*pad=*/false, nullptr, /*max_blocks=*/1, &end);
+  auto blocks = Walk(bytes, Rewrite{}, nullptr, /*max_blocks=*/1, &end);
   if (!blocks.ok()) return blocks.status();
   if (end == bytes.size()) return Malformed(end, "no recurrent state after the KV block");
   return end;
@@ -226,87 +252,17 @@ StatusOr<std::vector<uint8_t>> HybridStateAt(std::span<const uint8_t> later, siz
   if (recurrent_part.size() <= kStateHeaderBytes) {
     return absl::InvalidArgumentError("no recurrent state in the partial export");
   }
-  if (n_tokens == 0) return absl::InvalidArgumentError("a state of 0 tokens");
-  std::vector<uint8_t> out;
-  out.reserve(later.size());
-  Walker w(later, &out);
-  auto magic = w.Read<uint32_t>();
-  auto seq_id = w.Read<int32_t>();
-  if (!magic || !seq_id) return Malformed(w.at(), "no header");
-  if (std::memcmp(later.data(), recurrent_part.data(), kStateHeaderBytes) != 0) {
+  if (n_tokens == 0 || n_tokens >= UINT32_MAX) return absl::InvalidArgumentError(StrCat("a state of ", n_tokens, " tokens"));
+  if (later.size() < kStateHeaderBytes || std::memcmp(later.data(), recurrent_part.data(), kStateHeaderBytes) != 0) {
     return absl::InvalidArgumentError("the partial export is of another sequence");
   }
-  w.Emit(*magic);
-  w.Emit(*seq_id);
-  auto n_stream = w.Read<uint32_t>();
-  if (!n_stream || *n_stream == 0 || *n_stream > 1024) return Malformed(w.at(), "bad stream count");
-  w.Emit(*n_stream);
-  bool found = false;
-  for (uint32_t st = 0; st < *n_stream; ++st) {
-    auto cell_count = w.Read<uint32_t>();
-    if (!cell_count) return Malformed(w.at(), "stream cut short");
-    if (*cell_count == 0) {
-      w.Emit(uint32_t{0});
-      continue;
-    }
-    if (found) return Malformed(w.at(), "one sequence in two streams");
-    found = true;
-    int32_t first = 0;
-    uint32_t ext = 0;
-    if (!CellsFit(w, *cell_count, 0, *seq_id, &first)) {
-      if (!CellsFit(w, *cell_count, kCellExtBytes, *seq_id, &first)) return Malformed(w.at(), "cells do not parse");
-      ext = kCellExtBytes;
-    }
-    // Cells hold positions first .. first + cell_count - 1 in order: the state at n_tokens is the
-    // first n_tokens of them (position 0 on), every row of theirs and none of the later ones.
-    if (first != 0 || *cell_count < n_tokens) {
-      return absl::FailedPreconditionError(StrCat("the later state holds positions ", first, "..",
-                                                  first + static_cast<int64_t>(*cell_count) - 1, ", not 0..",
-                                                  n_tokens - 1));
-    }
-    const auto keep = static_cast<uint32_t>(n_tokens);
-    const uint32_t drop = *cell_count - keep;
-    w.Emit(keep);
-    if (!w.Copy(static_cast<size_t>(keep) * (12 + ext)) || !w.Skip(static_cast<size_t>(drop) * (12 + ext))) {
-      return Malformed(w.at(), "cells cut short");
-    }
-    const uint32_t v_trans = *w.Read<uint32_t>();
-    const uint32_t n_layer = *w.Read<uint32_t>();
-    w.Emit(v_trans);
-    w.Emit(n_layer);
-    auto rows = [&]() -> Status {
-      auto type = w.Read<int32_t>();
-      auto row = w.Read<uint64_t>();
-      if (!type || !row || *type < 0 || *row == 0 || *row > kMaxRowBytes) return Malformed(w.at(), "bad row header");
-      w.Emit(*type);
-      w.Emit(*row);
-      if (!w.Copy(static_cast<size_t>(*row) * keep) || !w.Skip(static_cast<size_t>(*row) * drop)) {
-        return Malformed(w.at(), "rows cut short");
-      }
-      return absl::OkStatus();
-    };
-    auto transposed = [&]() -> Status {
-      auto type = w.Read<int32_t>();
-      auto el = w.Read<uint32_t>();
-      auto n_embd = w.Read<uint32_t>();
-      if (!type || !el || !n_embd || *type < 0 || *el == 0 || *el > 16 || *n_embd == 0 || *n_embd > kMaxRowBytes) {
-        return Malformed(w.at(), "bad transposed V header");
-      }
-      w.Emit(*type);
-      w.Emit(*el);
-      w.Emit(*n_embd);
-      for (uint32_t j = 0; j < *n_embd; ++j) {
-        if (!w.Copy(static_cast<size_t>(*el) * keep) || !w.Skip(static_cast<size_t>(*el) * drop)) {
-          return Malformed(w.at(), "V runs cut short");
-        }
-      }
-      return absl::OkStatus();
-    };
-    for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(rows());
-    for (uint32_t l = 0; l < n_layer; ++l) SKIPPY_RETURN_IF_ERROR(v_trans ? transposed() : rows());
-  }
-  if (!found) return Malformed(w.at(), "a KV block without cells");
-  if (w.Done()) return Malformed(w.at(), "no recurrent state after the KV block");
+  std::vector<uint8_t> out;
+  out.reserve(later.size());
+  size_t end = 0;
+  auto blocks = Walk(later, Rewrite{.pad = false, .tokens = {}, .keep = static_cast<uint32_t>(n_tokens)}, &out,
+                     /*max_blocks=*/1, &end);
+  if (!blocks.ok()) return blocks.status();
+  if (end == later.size()) return Malformed(end, "no recurrent state after the KV block");
   out.insert(out.end(), recurrent_part.begin() + kStateHeaderBytes, recurrent_part.end());
   return out;
 }
