@@ -43,6 +43,25 @@ TEST(RecordPlan, GridSkipsPointsNextToChosenBoundaries) {
   EXPECT_EQ(plan->boundaries, std::vector<size_t>({128, 256, 384, 448, 510, 514}));
 }
 
+TEST(RecordPlan, ChunkCutsComeFirstInTheGrid) {
+  // Prefill cuts a 1812-token miss every 512 tokens anyway: records there cost no extra batch.
+  PromptShape p{1812, {}, std::nullopt};
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = 64;
+  o.tail_tokens = 4;
+  o.max_records = 6;
+  o.free_every = 512;
+  auto plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 1728, 1808, 1812}));
+  // After a restored prefix the cuts move with it.
+  o.restored_tokens = 100;
+  plan = PlanRecords(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->boundaries, std::vector<size_t>({612, 1124, 1636, 1728, 1808, 1812}));
+}
+
 TEST(RecordPlan, BranchPointComesRightAfterTheFullPrompt) {
   PromptShape p{1000, {200, 700}, std::nullopt};
   RecordPlanOptions o;

@@ -49,8 +49,13 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
     // request that diverges at a random point finds a boundary close below it.
     std::vector<size_t> grid;
     for (size_t g = options.stride; g < n; g += options.stride) grid.push_back(g);
+    const size_t grid_start = candidates.size();
+    if (options.free_every > 0) {
+      for (size_t g = options.restored_tokens + options.free_every; g < n; g += options.free_every) {
+        candidates.push_back(g);
+      }
+    }
     if (!grid.empty()) {
-      const size_t grid_start = candidates.size();
       // The last two points: the last one lies inside a short question about as often as not.
       candidates.push_back(grid.back());
       if (grid.size() >= 2) candidates.push_back(grid[grid.size() - 2]);
@@ -65,8 +70,8 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
         ranges.emplace_back(lo, mid);
         ranges.emplace_back(mid + 1, hi);
       }
-      grid_candidates = candidates.size() - grid_start;
     }
+    grid_candidates = candidates.size() - grid_start;
   }
 
   RecordPlan plan;

@@ -13,7 +13,8 @@
 //      before with another question);
 //   2. the last message boundary before the final user turn (the system prompt + history that the
 //      next turn of the same conversation will share), then n_tokens - tail_tokens (if tail_tokens);
-//   3. the stride grid (multiples of `stride` below n_tokens): the two longest points, then coarse to
+//   3. with a grid, the chunk cuts prefill makes anyway (free_every), then
+//      the stride grid (multiples of `stride` below n_tokens): the two longest points, then coarse to
 //      fine (the middle of the rest, the middles of its halves, ...), so records spread out. A grid
 //      point closer than half a stride to a boundary already kept is skipped (the n - tail record
 //      already serves what the last grid point would).
@@ -59,6 +60,10 @@ struct RecordPlanOptions {
   // cache has seen (LookupResult::path_tokens). The next request on the same path will likely
   // branch at the same point (a document or system prompt followed by another question).
   size_t branch_point = 0;
+  // > 0 (with a grid): prefill is cut about every this many tokens after restored_tokens anyway
+  // (the prefill chunk), so a boundary at restored_tokens + k * free_every costs no extra batch;
+  // those come first among the grid candidates.
+  size_t free_every = 0;
 };
 
 struct RecordPlan {

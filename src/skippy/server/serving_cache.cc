@@ -150,6 +150,8 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     // grid points inside the suffix would each cost a state export. A long new part (a hit on a
     // shared header, then a new document) gets the grid like a miss.
     if (restored > 0 && n - restored < 4 * static_cast<size_t>(options_.record_stride)) ro.stride = 0;
+    // Records where prefill cuts a long suffix anyway cost no extra batch (see the chunking below).
+    ro.free_every = PrefillChunk();
     auto rp = cache::PlanRecords(shape, ro);
     if (rp.ok()) {
       records = rp->boundaries;
