@@ -5,6 +5,23 @@
 namespace skippy::cache {
 namespace {
 
+// Exact-boundary (KvRecurrent) planning with a grid of `stride` and `max_records` records.
+RecordPlanOptions ExactBoundary(size_t stride, size_t max_records, size_t tail_tokens = 0) {
+  RecordPlanOptions o;
+  o.kind = PayloadKind::kKvRecurrent;
+  o.stride = stride;
+  o.max_records = max_records;
+  o.tail_tokens = tail_tokens;
+  return o;
+}
+
+// The plan's boundaries; empty (and a test failure) when planning fails.
+std::vector<size_t> Boundaries(const PromptShape& p, const RecordPlanOptions& o) {
+  auto plan = PlanRecords(p, o);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? plan->boundaries : std::vector<size_t>{};
+}
+
 TEST(RecordPlan, ResidentKvRecordsOnlyTheFullPrompt) {
   PromptShape p{1000, {200, 700}, std::nullopt};
   RecordPlanOptions o;
@@ -18,10 +35,7 @@ TEST(RecordPlan, ResidentKvRecordsOnlyTheFullPrompt) {
 
 TEST(RecordPlan, RecurrentRecordsFullPromptTurnBoundaryAndGrid) {
   PromptShape p{1000, {200, 700}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 256;
-  o.max_records = 8;
+  RecordPlanOptions o = ExactBoundary(256, 8);
   auto plan = PlanRecords(p, o);
   ASSERT_TRUE(plan.ok());
   // 768 is within half a stride of the turn boundary 700: skipped.
@@ -33,79 +47,45 @@ TEST(RecordPlan, GridSkipsPointsNextToChosenBoundaries) {
   // A 514-token miss with the n - 4 tail record: the grid point 512 would serve what 510 serves, so
   // the six records spread further down the prompt instead.
   PromptShape p{514, {}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 64;
-  o.tail_tokens = 4;
-  o.max_records = 6;
-  auto plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({128, 256, 384, 448, 510, 514}));
+  RecordPlanOptions o = ExactBoundary(64, 6, 4);
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({128, 256, 384, 448, 510, 514}));
 }
 
 TEST(RecordPlan, ChunkCutsComeFirstInTheGrid) {
   // Prefill cuts a 1812-token miss every 512 tokens anyway: records there cost no extra batch.
   PromptShape p{1812, {}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 64;
-  o.tail_tokens = 4;
-  o.max_records = 6;
+  RecordPlanOptions o = ExactBoundary(64, 6, 4);
   o.free_every = 512;
-  auto plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 1024, 1536, 1728, 1808, 1812}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({512, 1024, 1536, 1728, 1808, 1812}));
   // After a restored prefix the cuts move with it.
   o.restored_tokens = 100;
-  plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({612, 1124, 1636, 1728, 1808, 1812}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({612, 1124, 1636, 1728, 1808, 1812}));
 }
 
 TEST(RecordPlan, BranchPointComesRightAfterTheFullPrompt) {
   PromptShape p{1000, {200, 700}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 256;
-  o.tail_tokens = 4;
-  o.max_records = 2;
+  RecordPlanOptions o = ExactBoundary(256, 2, 4);
   o.branch_point = 930;
-  auto plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({930, 1000}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({930, 1000}));
   o.max_records = 4;
-  plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({700, 930, 996, 1000}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({700, 930, 996, 1000}));
   // Not beyond the restored prefix, not at the prompt end.
   o.restored_tokens = 930;
-  plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({996, 1000}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({996, 1000}));
   o.restored_tokens = 0;
   o.branch_point = 1000;
-  plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 700, 996, 1000}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({512, 700, 996, 1000}));
 }
 
 TEST(RecordPlan, BudgetKeepsHighestPriorityBoundaries) {
   PromptShape p{1000, {200, 700}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 256;
-  o.max_records = 3;
-  auto plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 700, 1000}));
+  RecordPlanOptions o = ExactBoundary(256, 3);
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({512, 700, 1000}));
 }
 
 TEST(RecordPlan, ByteBudgetSkipsWhatDoesNotFit) {
   PromptShape p{1000, {}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 250;
-  o.max_records = 10;
+  RecordPlanOptions o = ExactBoundary(250, 10);
   o.bytes_per_token = 1;
   o.bytes_per_record = 100;
   o.max_bytes = 1500;  // 1000+100 fits; then 750+100 does not, 500+100 does not, 250+100 fits
@@ -130,32 +110,19 @@ TEST(RecordPlan, BoundariesStartAfterRestoredPrefixAndChunksAreBounded) {
 
 TEST(RecordPlan, FewRecordsSpreadOverTheGrid) {
   PromptShape p{2048, {}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 64;
-  o.max_records = 6;  // the full prompt, then five grid points
-  auto plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
+  RecordPlanOptions o = ExactBoundary(64, 6);
   // Grid 64..1984 (31 points below the prompt end): the two longest (1984, 1920: the last one is
   // often inside a short question), the middle of the other 29 (960), then the middles of the
   // halves (512, 1472).
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 960, 1472, 1920, 1984, 2048}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({512, 960, 1472, 1920, 1984, 2048}));
 }
 
 TEST(RecordPlan, TailBoundaryComesRightAfterTheTurn) {
   PromptShape p{1000, {}, std::nullopt};
-  RecordPlanOptions o;
-  o.kind = PayloadKind::kKvRecurrent;
-  o.stride = 256;
-  o.max_records = 3;
-  o.tail_tokens = 4;
-  auto plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({768, 996, 1000}));
+  RecordPlanOptions o = ExactBoundary(256, 3, 4);
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({768, 996, 1000}));
   o.tail_tokens = 1000;  // not shorter than the prompt: ignored
-  plan = PlanRecords(p, o);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->boundaries, std::vector<size_t>({512, 768, 1000}));
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({512, 768, 1000}));
 }
 
 TEST(RecordPlan, BadInputIsRefused) {

@@ -316,7 +316,8 @@ TEST_P(RecurrentOnto, ContinuesLikeARecompute) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(e.SequenceLength(0), static_cast<int32_t>(p + 43));
 
-  { auto st = e.RestoreRecurrentOnto(*record, 0, static_cast<int32_t>(p)); ASSERT_TRUE(st.ok()) << st; }
+  const absl::Status restored = e.RestoreRecurrentOnto(*record, 0, static_cast<int32_t>(p));
+  ASSERT_TRUE(restored.ok()) << restored;
   EXPECT_EQ(e.SequenceLength(0), static_cast<int32_t>(p));
   auto hit = e.Decode(0, t.subspan(p + 80, 50), static_cast<int32_t>(p));
   ASSERT_TRUE(hit.ok());

@@ -426,12 +426,11 @@ void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiErro
   // A hybrid lane keeps everything: its recurrent state cannot be cut, but its attention KV of the
   // prompt serves the next request with only a recurrent state restored (HybridLaneReuse).
   const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
-  const bool whole_prompt = !error && n > 0 && lane.pos >= n;
-  if (whole_prompt && cache_->LaneReuse() && engine_->Truncate(id, static_cast<int32_t>(n)).ok() &&
-      engine_->SequenceLength(id) == static_cast<int32_t>(n)) {
-    held.tokens = lane.job->prompt().tokens;
-    held.cache_namespace = lane.scope.cache_namespace;
-  } else if (whole_prompt && cache_->HybridLaneReuse() && engine_->SequenceLength(id) >= static_cast<int32_t>(n)) {
+  const auto len = static_cast<int32_t>(n);
+  const bool keep = !error && n > 0 && lane.pos >= n &&
+                    ((cache_->LaneReuse() && engine_->Truncate(id, len).ok() && engine_->SequenceLength(id) == len) ||
+                     (cache_->HybridLaneReuse() && engine_->SequenceLength(id) >= len));
+  if (keep) {
     held.tokens = lane.job->prompt().tokens;
     held.cache_namespace = lane.scope.cache_namespace;
   } else {
