@@ -1,7 +1,8 @@
 // The batch-split check (certify/batch_split.h) on every tiny zoo family: it passes with the
 // runtime's rule (64-row batches with flash attention on, 2-row with it off), and it can fail:
 // with flash attention on, cuts down to 2-row batches change the logits of every family whose
-// attention reaches the tiled kernel.
+// attention reaches the tiled kernel. With flash attention on it also proves the short class:
+// rows after a long batch give the same logits in one short batch or cut into several.
 #include <gtest/gtest.h>
 
 #include "skippy/certify/batch_split.h"
@@ -38,6 +39,13 @@ TEST_P(BatchSplit, RuleHoldsWithFlashAttentionOnAndOff) {
         sum += b;
       }
       EXPECT_EQ(sum, r->n_tokens);
+    }
+    // With flash attention on, rows after a long batch are also cut into short batches of 2+ rows
+    // (cache::BatchClasses); every such cut must match one short batch.
+    EXPECT_EQ(r->short_cuts.size(), fa ? 5u : 0u);
+    for (size_t i = 0; i < r->short_cuts.size(); ++i) {
+      EXPECT_TRUE(r->short_prompt_equal[i] && r->short_decode_equal[i]) << GetParam() << " short cut " << i;
+      EXPECT_LT(r->short_cuts[i].back(), e->MinExactBatch());
     }
     EXPECT_EQ(e->SequenceLength(0), 0) << "the check leaves the lane empty";
   }

@@ -168,6 +168,94 @@ INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", 
                                            "gemma4-a4b"),
                          ParamName);
 
+// Words from a fixed list, seeded: chat message contents of a rough length.
+std::string Words(uint32_t seed, int n) {
+  static const char* kWords[] = {"river", "stone", "market", "signal", "lantern", "copper", "meadow", "harbor",
+                                 "ledger", "orbit", "thistle", "vector", "canyon", "ember", "quartz", "willow"};
+  std::mt19937 rng(seed);
+  std::string out;
+  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[rng() % 16];
+  return out;
+}
+
+// Chat prompts whose short messages (questions, the assistant header, short answers) follow long
+// ones, with flash attention on: both servers prefill those rows in short batches
+// (cache::BatchClasses), and a hit at a message end prefills only the short messages after it
+// (fewer than 64 tokens). The same tokens sent as a raw prompt are classed otherwise (one long
+// run): the cache must not serve them from the chat's lane or entries past the first row of
+// another class. Outputs and log-probabilities must equal a --no-cache run's.
+void ExpectChatMatchesNoCache(const std::string& family) {
+  const std::vector<std::string> common = {"-c", "1024", "--prefill-chunk", "128", "--cache-record-stride", "64",
+                                           "--runtime-lane-count", "1", "-fa", "on"};
+  auto on = ServerProcess::Start(family, common, family + "-chat-on");
+  ASSERT_TRUE(on);
+  std::vector<std::string> off_flags = common;
+  off_flags.push_back("--no-cache");
+  auto off = ServerProcess::Start(family, off_flags, family + "-chat-off");
+  ASSERT_TRUE(off);
+  auto con = on->Client();
+  auto coff = off->Client();
+  auto msg = [](const std::string& role, const std::string& content) {
+    return json{{"role", role}, {"content", content}};
+  };
+  size_t short_hits = 0, hits = 0;
+  // Sends one request to both servers; returns the cache-on server's answer text.
+  auto both = [&](const std::string& path, json req, const std::string& what) -> std::string {
+    req["temperature"] = 0;
+    req["ignore_eos"] = true;
+    req["return_tokens"] = true;
+    const bool chat = req.contains("messages");
+    if (chat) {
+      req["max_tokens"] = 6;
+      req["logprobs"] = true;
+      req["top_logprobs"] = 2;
+    } else {
+      req["n_predict"] = 6;
+      req["n_probs"] = 2;
+    }
+    auto [s1, a] = PostJson(*con, path, req);
+    auto [s2, b] = PostJson(*coff, path, req);
+    EXPECT_EQ(s1, 200) << a.dump() << on->LogTail();
+    EXPECT_EQ(s2, 200) << b.dump() << off->LogTail();
+    if (s1 != 200 || s2 != 200) return "";
+    EXPECT_EQ(a["tokens"], b["tokens"]) << family << " " << what << ": cache " << a["skippy"].dump();
+    const json pa = chat ? a["choices"][0]["logprobs"] : a["completion_probabilities"];
+    const json pb = chat ? b["choices"][0]["logprobs"] : b["completion_probabilities"];
+    EXPECT_FALSE(pa.is_null()) << a.dump();
+    EXPECT_EQ(pa, pb) << family << " " << what << ": logits differ, cache " << a["skippy"].dump();
+    if (a["skippy"]["cache_hit"].get<bool>()) {
+      ++hits;
+      if (!a["skippy"]["decoded_result_hit"].get<bool>() && a["timings"]["prompt_n"].get<int>() < 64) ++short_hits;
+    }
+    return chat ? a["choices"][0]["message"]["content"].get<std::string>() : a["content"].get<std::string>();
+  };
+  const json sys = msg("system", Words(1, 160));
+  json first = {sys, msg("user", Words(2, 12))};
+  const std::string a0 = both("/v1/chat/completions", {{"messages", first}}, "first question");
+  both("/v1/chat/completions", {{"messages", {sys, msg("user", Words(3, 10))}}}, "second question");
+  json turn = first;
+  turn.push_back(msg("assistant", a0));
+  turn.push_back(msg("user", Words(4, 9)));
+  const std::string a1 = both("/v1/chat/completions", {{"messages", turn}}, "second turn");
+  turn.push_back(msg("assistant", a1));
+  turn.push_back(msg("user", Words(5, 90)));  // a long message (a tool result) between short ones
+  turn.push_back(msg("assistant", "ok"));
+  turn.push_back(msg("user", Words(6, 8)));
+  both("/v1/chat/completions", {{"messages", turn}}, "third turn");
+  both("/v1/chat/completions", {{"messages", {sys, msg("user", Words(3, 10))}}}, "repeat");
+  // The third turn's tokens as a raw prompt: one long run.
+  auto [st, rendered] = PostJson(*con, "/apply-template", {{"messages", turn}});
+  ASSERT_EQ(st, 200) << rendered.dump();
+  both("/completion", {{"prompt", rendered["prompt"]}}, "third turn as a raw prompt");
+  both("/v1/chat/completions", {{"messages", turn}}, "third turn again");
+  EXPECT_GE(hits, 4u);
+  EXPECT_GE(short_hits, 2u) << "no hit prefilled only its short messages";
+}
+
+TEST(ChatExactness, ShortMessagesWithFlashAttentionOn) {
+  for (const std::string family : {"llama", "gemma3", "qwen3next"}) ExpectChatMatchesNoCache(family);
+}
+
 // n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).
 std::vector<int> TokenRun(int from, int n) {
   std::vector<int> v;

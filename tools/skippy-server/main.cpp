@@ -63,9 +63,10 @@ int main(int argc, char** argv) {
   app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
   app.add_option("--cache-max-records", o.max_records, "exact-boundary records per prompt (hybrid and sliding-window models)")->capture_default_str();
-  auto* record_tail = app.add_option("--cache-record-tail", o.record_tail,
+  app.add_option("--cache-record-tail", o.record_tail,
                  "hybrid and sliding-window models: also record this many tokens before the prompt end (a cue the "
-                 "next request replaces); 0: off. Default 4, as llama-server's last checkpoint (64 with flash attention on)")
+                 "next request replaces); 0: off. Default 4, as llama-server's last checkpoint (after a long last message, "
+                 "at least the smallest batch of its class)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
@@ -89,18 +90,16 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   o.flash_attn = flash_attn == "on";
-  // Every prefill batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
-  // chunk must hold two of them and a tail record must leave one.
+  // Every long batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
+  // chunk must hold two of them; a tail record leaves at least a short batch (2 rows).
   const uint32_t min_batch = static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn));
-  if (record_tail->count() == 0) o.record_tail = std::max<uint32_t>(4, min_batch);
   if (o.n_batch < 2 * min_batch || o.prefill_chunk < 2 * min_batch) {
     std::fprintf(stderr, "skippy-server: -b and --prefill-chunk must be at least %u with flash attention %s\n",
                  2 * min_batch, flash_attn.c_str());
     return 2;
   }
-  if (o.record_tail != 0 && o.record_tail < min_batch) {
-    std::fprintf(stderr, "skippy-server: --cache-record-tail must be 0 or at least %u with flash attention %s\n",
-                 min_batch, flash_attn.c_str());
+  if (o.record_tail == 1) {
+    std::fprintf(stderr, "skippy-server: --cache-record-tail must be 0 or at least 2 (a one-row batch is a class of its own)\n");
     return 2;
   }
   if (o.kv_unified && o.cache_enabled) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "skippy/cache/batch_classes.h"
 #include "skippy/certify/logits.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
@@ -38,29 +39,40 @@ nlohmann::json BatchSplitReport::ToJson() const {
     j["cuts"].push_back({{"batches", cuts[i]}, {"prompt_logits_equal", bool(prompt_equal[i])},
                          {"decode_logits_equal", bool(decode_equal[i])}});
   }
+  if (!short_cuts.empty()) {
+    j["short_cuts"] = nlohmann::json::array();
+    for (size_t i = 0; i < short_cuts.size(); ++i) {
+      j["short_cuts"].push_back({{"batches", short_cuts[i]}, {"prompt_logits_equal", bool(short_prompt_equal[i])},
+                                 {"decode_logits_equal", bool(short_decode_equal[i])}});
+    }
+  }
   return j;
 }
 
 namespace {
 
-StatusOr<BatchSplitReport> RunCuts(runtime::Engine& engine, int32_t lane, size_t m, size_t n, size_t n_batch) {
-  SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> tokens,
-                          BenchmarkTokens(engine.model(), "Batch split check: the same prompt cut in other places.",
-                                          static_cast<int32_t>(n)));
-  BatchSplitReport r;
-  r.min_batch = m;
-  r.n_tokens = n;
-  const std::vector<std::vector<size_t>> cuts = {
-      {n}, {n - m, m}, {m, n - 2 * m, m}, {n / 2, n - n / 2}, {n / 3, m, n - n / 3 - m}};
+struct CutResults {
+  std::vector<std::vector<size_t>> cuts;
+  std::vector<bool> prompt_equal, decode_equal;
+  bool pass() const {
+    return std::all_of(prompt_equal.begin(), prompt_equal.end(), [](bool b) { return b; }) &&
+           std::all_of(decode_equal.begin(), decode_equal.end(), [](bool b) { return b; });
+  }
+};
+
+// Prefills `tokens` under each cut (cuts[0] the reference), decodes one more token after each, and
+// compares both logits with the reference's.
+StatusOr<CutResults> RunCuts(runtime::Engine& engine, int32_t lane, std::span<const Token> tokens,
+                             const std::vector<std::vector<size_t>>& cuts) {
+  CutResults r;
   std::vector<float> ref_prompt, ref_decode;
   Token next = 0;
-  for (const auto& c : cuts) {
-    const std::vector<size_t> cut = FitBatch(c, n_batch);
+  for (const auto& cut : cuts) {
     SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
     size_t pos = 0;
     std::vector<float> logits;
     for (size_t len : cut) {
-      SKIPPY_ASSIGN_OR_RETURN(logits, engine.Decode(lane, std::span(tokens).subspan(pos, len), static_cast<int32_t>(pos)));
+      SKIPPY_ASSIGN_OR_RETURN(logits, engine.Decode(lane, tokens.subspan(pos, len), static_cast<int32_t>(pos)));
       pos += len;
     }
     if (r.cuts.empty()) next = Argmax(logits);
@@ -73,8 +85,45 @@ StatusOr<BatchSplitReport> RunCuts(runtime::Engine& engine, int32_t lane, size_t
     r.prompt_equal.push_back(BytesEqual(ref_prompt, logits));
     r.decode_equal.push_back(BytesEqual(ref_decode, after));
   }
-  r.pass = std::all_of(r.prompt_equal.begin(), r.prompt_equal.end(), [](bool b) { return b; }) &&
-           std::all_of(r.decode_equal.begin(), r.decode_equal.end(), [](bool b) { return b; });
+  return r;
+}
+
+StatusOr<BatchSplitReport> RunAllCuts(runtime::Engine& engine, int32_t lane, size_t m, size_t n, size_t n_batch) {
+  SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> tokens,
+                          BenchmarkTokens(engine.model(), "Batch split check: the same prompt cut in other places.",
+                                          static_cast<int32_t>(n)));
+  BatchSplitReport r;
+  r.min_batch = m;
+  r.n_tokens = n;
+  std::vector<std::vector<size_t>> cuts;
+  for (const auto& c : std::vector<std::vector<size_t>>{
+           {n}, {n - m, m}, {m, n - 2 * m, m}, {n / 2, n - n / 2}, {n / 3, m, n - n / 3 - m}}) {
+    cuts.push_back(FitBatch(c, n_batch));
+  }
+  SKIPPY_ASSIGN_OR_RETURN(CutResults whole, RunCuts(engine, lane, tokens, cuts));
+  r.pass = whole.pass();
+  r.cuts = std::move(whole.cuts);
+  r.prompt_equal = std::move(whole.prompt_equal);
+  r.decode_equal = std::move(whole.decode_equal);
+  if (m > cache::BatchClasses::kMinShortBatch) {
+    // A short run after a long one (cache::BatchClasses): its rows in one short batch or cut into
+    // other short batches.
+    const size_t s = std::min<size_t>(40, m - 1);
+    const std::vector<size_t> head = FitBatch({n - s}, n_batch);
+    std::vector<std::vector<size_t>> tails = {{s}, {s / 2, s - s / 2}, {2, s - 2}, {s - 2, 2}};
+    if (s >= 9) tails.push_back({s / 3, s / 3, s - 2 * (s / 3)});
+    std::vector<std::vector<size_t>> short_cuts;
+    for (const auto& t : tails) {
+      std::vector<size_t> c = head;
+      c.insert(c.end(), t.begin(), t.end());
+      short_cuts.push_back(std::move(c));
+    }
+    SKIPPY_ASSIGN_OR_RETURN(CutResults tail, RunCuts(engine, lane, tokens, short_cuts));
+    r.pass = r.pass && tail.pass();
+    r.short_cuts = std::move(tail.cuts);
+    r.short_prompt_equal = std::move(tail.prompt_equal);
+    r.short_decode_equal = std::move(tail.decode_equal);
+  }
   return r;
 }
 
@@ -95,7 +144,7 @@ StatusOr<BatchSplitReport> CheckBatchSplits(runtime::Engine& engine, int32_t lan
     return absl::InvalidArgumentError(StrCat("the context holds ", per_lane, " tokens per lane; the check needs ", 5 * m + 1));
   }
   SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
-  auto r = RunCuts(engine, lane, m, n, n_batch);
+  auto r = RunAllCuts(engine, lane, m, n, n_batch);
   (void)engine.Clear(lane);  // also after a failed decode: the lane is left empty either way
   return r;
 }

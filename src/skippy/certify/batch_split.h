@@ -14,9 +14,10 @@
 // Method: the same tokens (BenchmarkTokens; 160, or 5 * min_batch if more, or fewer when the
 // lane's context is smaller) are prefilled into `lane` under five cuts whose batches all have at
 // least min_batch rows (pieces longer than n_batch split into equal pieces); after each, one more
-// token is decoded. Pass: the last prompt token's logits
-// and the decoded token's logits are byte-identical under every cut. The lane is cleared before
-// and after.
+// token is decoded. With a short class (flash attention on), the last rows are also cut into
+// short batches in several ways (BatchSplitReport::short_cuts). Pass: the last prompt token's
+// logits and the decoded token's logits are byte-identical under every cut of a set. The lane is
+// cleared before and after.
 //
 // Thread-safety: uses the engine; call it from the thread that owns the engine.
 #pragma once
@@ -36,6 +37,11 @@ struct BatchSplitReport {
   size_t n_tokens = 0;                          // prompt length checked
   std::vector<std::vector<size_t>> cuts;        // batch lengths of each cut; cuts[0] is the reference
   std::vector<bool> prompt_equal, decode_equal; // per cut, against cuts[0]
+  // Only with a short class (min_batch > 2): the last up to 40 rows (fewer than min_batch) after one
+  // long batch, in one short batch (short_cuts[0], the reference) or cut into other short batches
+  // of 2+ rows, as cache::BatchClasses allows.
+  std::vector<std::vector<size_t>> short_cuts;
+  std::vector<bool> short_prompt_equal, short_decode_equal;
   bool pass = false;
   nlohmann::json ToJson() const;
 };

@@ -62,6 +62,22 @@ json LogprobsJson(const std::vector<TokenLogprobs>& all) {
   return out;
 }
 
+// OpenAI's chat "logprobs": {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+json ChatLogprobsJson(const std::vector<TokenLogprobs>& all, int32_t top_n) {
+  auto entry = [](const TokenLogprobs::Candidate& c) {
+    return json{{"token", c.piece}, {"logprob", c.logprob},
+                {"bytes", std::vector<int>(c.piece.begin(), c.piece.end())}};
+  };
+  json content = json::array();
+  for (const TokenLogprobs& t : all) {
+    json e = entry(t.chosen);
+    e["top_logprobs"] = json::array();
+    for (size_t i = 0; i < t.top.size() && i < static_cast<size_t>(top_n); ++i) e["top_logprobs"].push_back(entry(t.top[i]));
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}};
+}
+
 json TimingsJson(const JobTimings& t) {
   return {{"cache_n", t.cache_n},
           {"prompt_n", t.prompt_n},
@@ -246,6 +262,15 @@ void HttpServer::Routes() {
     SendJson(res, 200, {{"cleared_entries", *n}, {"scope", ns ? "namespace" : "all"}});
   });
 
+  s.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!scheduler_->ready()) return SendError(res, ApiError{503, "unavailable_error", "loading", "Loading model"});
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) return SendError(res, BadRequest("the request body is not valid JSON", "invalid_json"));
+    auto text = ApplyTemplate(scheduler_->model(), body);
+    if (!text.ok()) return SendError(res, BadRequest(std::string(text.status().message()), "invalid_request"));
+    SendJson(res, 200, {{"prompt", *text}});
+  });
+
   auto generate = [this, key_namespace](Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     if (!scheduler_->ready()) return SendError(res, ApiError{503, "unavailable_error", "loading", "Loading model"});
     json body = json::parse(req.body, nullptr, false);
@@ -334,6 +359,7 @@ void HttpServer::Routes() {
                {"usage", UsageJson(n_prompt, v)}, {"timings", TimingsJson(v.timings)},
                {"skippy", SkippyJson(v.timings)}};
         if (request.return_tokens) out["tokens"] = v.tokens;
+        if (request.chat_logprobs) out["choices"][0]["logprobs"] = ChatLogprobsJson(v.logprobs, request.top_logprobs);
       }
       return SendJson(res, 200, out);
     }

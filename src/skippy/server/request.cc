@@ -276,12 +276,24 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
     SKIPPY_ASSIGN_OR_RETURN(auto v, GetNumber(body, k));
     if (v && *v != 0) return absl::InvalidArgumentError(StrCat("unsupported: '", k, "' must be 0"));
   }
-  if (const json* lp = Get(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
-                                              !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
+  if (endpoint == Endpoint::kChatCompletions) {
+    // OpenAI chat logprobs: the chosen token's and the top_logprobs most likely tokens' (0..kMaxProbs).
+    SKIPPY_ASSIGN_OR_RETURN(auto lp, GetBool(body, "logprobs"));
+    SKIPPY_ASSIGN_OR_RETURN(auto top, GetInt(body, "top_logprobs"));
+    if (top && (*top < 0 || *top > GenerationRequest::kMaxProbs)) {
+      return absl::InvalidArgumentError(
+          StrCat("field 'top_logprobs' must be in [0, ", GenerationRequest::kMaxProbs, "], got ", *top));
+    }
+    if (top && !lp.value_or(false)) return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs': true");
+    if (lp.value_or(false)) {
+      if (r.stream) return absl::InvalidArgumentError("unsupported: 'logprobs' with 'stream'");
+      r.chat_logprobs = true;
+      r.top_logprobs = static_cast<int32_t>(top.value_or(0));
+      r.n_probs = std::max<int32_t>(1, r.top_logprobs);
+    }
+  } else if (const json* lp = Get(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
+                                                     !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
     return absl::InvalidArgumentError("unsupported: 'logprobs'");
-  }
-  if (const json* tl = Get(body, "top_logprobs"); tl && !(tl->is_number_integer() && tl->get<int64_t>() == 0)) {
-    return absl::InvalidArgumentError("unsupported: 'top_logprobs'");
   }
   SKIPPY_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
   if (echo.value_or(false)) return absl::InvalidArgumentError("unsupported: 'echo'");
@@ -292,6 +304,19 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   SKIPPY_ASSIGN_OR_RETURN(auto t_max, GetInt(body, "t_max_predict_ms"));
   (void)t_max;
   return r;
+}
+
+StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (it.key() != "messages") return absl::InvalidArgumentError(StrCat("unknown field '", it.key(), "'"));
+  }
+  const json* m = Get(body, "messages");
+  if (!m) return absl::InvalidArgumentError("field 'messages' is required");
+  GenerationRequest r;
+  SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r));
+  SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, r.messages, true));
+  return chat.text;
 }
 
 StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request) {

@@ -51,6 +51,10 @@ struct GenerationRequest {
   // the logits it was sampled from. 0..kMaxProbs; not with stream.
   static constexpr int64_t kMaxProbs = 20;
   int32_t n_probs = 0;
+  // /v1/chat/completions "logprobs": true: choices[0].logprobs.content, top_logprobs alternatives
+  // each (n_probs is then max(1, top_logprobs)).
+  bool chat_logprobs = false;
+  int32_t top_logprobs = 0;
 };
 
 // InvalidArgument with a message that names the field. `body` must be a parsed JSON value.
@@ -63,6 +67,9 @@ struct PreparedPrompt {
 
 // Tokenizes (rendering chat messages with the model's template) and validates token ids.
 // InvalidArgument for an empty prompt or an id outside the vocabulary.
+// llama-server's POST /apply-template: {"messages": [...]} -> the prompt text the chat template
+// renders (with the assistant header), as /v1/chat/completions would tokenize it.
+[[nodiscard]] StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const nlohmann::json& body);
 [[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request);
 
 }  // namespace skippy::server

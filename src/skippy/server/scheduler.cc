@@ -101,9 +101,11 @@ Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::mo
   const auto min_batch = static_cast<uint32_t>(runtime::MinExactBatch(options_.flash_attn));
   options_.n_batch = std::max<uint32_t>(options_.n_batch, 2 * min_batch);
   options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 2 * min_batch, options_.n_batch);
-  // A tail record must leave a batch of min_batch rows (skippy-server refuses less; options built
-  // in code get the smallest that does).
-  if (options_.record_tail != 0) options_.record_tail = std::max(options_.record_tail, min_batch);
+  // A tail record leaves at least one short batch (ServingCache::Plan makes it a long one after a
+  // long message).
+  if (options_.record_tail != 0) {
+    options_.record_tail = std::max<uint32_t>(options_.record_tail, cache::BatchClasses::kMinShortBatch);
+  }
   model_name_ = options_.model_alias.empty() ? std::filesystem::path(options_.model_path).stem().string()
                                              : options_.model_alias;
 }
@@ -280,6 +282,7 @@ void Scheduler::StartJob(int32_t id) {
   lane.sampler = std::move(*sampler);
 
   lane.scope = cache_->Scope(job.tenant_namespace());
+  lane.classes = cache_->Classes(prompt.size(), job.prompt().message_boundaries);
   size_t lane_tokens = 0, lane_prompt_tokens = 0;
   LaneMemory& held = held_[static_cast<size_t>(id)];
   if ((cache_->LaneReuse() || cache_->HybridLaneReuse()) && held.cache_namespace == lane.scope.cache_namespace) {
@@ -287,11 +290,13 @@ void Scheduler::StartJob(int32_t id) {
     while (lane_tokens < limit && held.tokens[lane_tokens] == prompt[lane_tokens]) ++lane_tokens;
     lane_prompt_tokens = held.tokens.size();
   }
+  const cache::BatchClasses lane_classes = std::move(held.classes);
   held = LaneMemory{};  // the lane changes from here on
   const Clock::time_point restore_start = Clock::now();
-  RestoreOutcome r = cache_->Restore(id, lane.scope, prompt, lane_tokens, lane_prompt_tokens);
+  RestoreOutcome r =
+      cache_->Restore(id, lane.scope, prompt, lane.classes, lane_tokens, lane_prompt_tokens, &lane_classes);
   lane.timings.restore_ms = MsBetween(restore_start, Clock::now());
-  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, r.restored, r.branch);
+  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, lane.classes, r.restored, r.branch);
   lane.pos = r.restored;
   lane.timings.cache_n = r.restored;
   lane.timings.prompt_n = prompt.size() - r.restored;
@@ -344,9 +349,9 @@ void Scheduler::PrefillChunk(int32_t id) {
     if (cache_->DefersRecurrentRecords()) {
       if (auto p = cache_->CopyRecurrentState(id, end)) lane.pending.push_back(std::move(*p));
     } else if (!cache_->ExactBoundaryResident()) {
-      cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end));
+      cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end), lane.classes);
     } else {
-      cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end));
+      cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end), lane.classes);
     }
     lane.timings.record_ms += MsBetween(record_start, Clock::now());
   }
@@ -365,13 +370,13 @@ void Scheduler::RecordPromptEnd(int32_t id) {
   const auto& rb = lane.plan.record_boundaries;
   const bool record_prompt = std::binary_search(rb.begin(), rb.end(), prompt.size());
   if (cache_->DefersRecurrentRecords()) {
-    cache_->RecordDeferred(id, lane.scope, prompt, record_prompt, lane.pending);
+    cache_->RecordDeferred(id, lane.scope, prompt, lane.classes, record_prompt, lane.pending);
     lane.pending.clear();
   } else if (!cache_->ExactBoundaryResident() && record_prompt) {
-    cache_->RecordRecurrent(id, lane.scope, prompt);
+    cache_->RecordRecurrent(id, lane.scope, prompt, lane.classes);
   }
-  cache_->RecordResident(id, lane.scope, prompt);
-  cache_->PutDecoded(lane.scope, prompt, lane.logits);
+  cache_->RecordResident(id, lane.scope, prompt, lane.classes);
+  cache_->PutDecoded(lane.scope, prompt, lane.classes, lane.logits);
 }
 
 void Scheduler::Generate(int32_t id) {
@@ -433,6 +438,7 @@ void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiErro
   if (keep) {
     held.tokens = lane.job->prompt().tokens;
     held.cache_namespace = lane.scope.cache_namespace;
+    held.classes = lane.classes;
   } else {
     (void)engine_->Clear(id);
   }

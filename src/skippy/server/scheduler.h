@@ -147,6 +147,7 @@ class Scheduler {
     std::shared_ptr<Job> job;
     Phase phase = Phase::kStart;
     cache::PrefixScope scope;
+    cache::BatchClasses classes;  // the prompt's (ServingCache::Classes)
     PrefillPlan plan;
     size_t next_chunk = 0;
     size_t pos = 0;  // tokens in the lane
@@ -193,6 +194,7 @@ class Scheduler {
   struct LaneMemory {
     std::vector<runtime::Token> tokens;
     std::string cache_namespace;
+    cache::BatchClasses classes;  // the batch classes those tokens were computed in
   };
   std::vector<LaneMemory> held_;
   std::thread thread_;

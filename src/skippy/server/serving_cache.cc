@@ -112,7 +112,7 @@ cache::PrefixScope ServingCache::Scope(const std::string& ns) const {
 }
 
 PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const size_t> message_boundaries,
-                               size_t restored, size_t branch) const {
+                               const cache::BatchClasses& classes, size_t restored, size_t branch) const {
   PrefillPlan plan;
   const size_t n = prompt.size();
   restored = std::min(restored, n);
@@ -132,7 +132,12 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     cache::RecordPlanOptions ro;
     ro.kind = PayloadKind::kKvRecurrent;  // exact-boundary planning for both (see above)
     ro.stride = options_.record_stride;
-    ro.tail_tokens = options_.record_tail;
+    // The tail record leaves one batch of the last run's class (2 rows after a short message, the
+    // long class's minimum after a long one).
+    if (options_.record_tail != 0 && !classes.runs().empty()) {
+      const bool short_end = classes.runs().back().short_rows;
+      ro.tail_tokens = std::max<size_t>(options_.record_tail, short_end ? cache::BatchClasses::kMinShortBatch : MinBatch());
+    }
     // A branch within the first grid stride (a shared "Document" header) is not worth a record,
     // nor one the restored prefix already reaches.
     if (branch >= std::max<size_t>(MinBatch(), options_.record_stride) && branch >= restored + MinBatch()) {
@@ -160,36 +165,27 @@ PrefillPlan ServingCache::Plan(std::span<const Token> prompt, std::span<const si
     }
     std::sort(records.begin(), records.end());
   }
-  // Every batch keeps at least MinBatch() rows: a record boundary closer than that to the restored
-  // prefix, to the previous boundary or to the prompt end is dropped.
-  std::vector<size_t> stops;
-  size_t prev = restored;
+  // The batches follow the prompt's classes; a record boundary that would cut one below its class
+  // (too close to the restored prefix, another boundary or a run's end) is dropped.
+  std::vector<size_t> inner;
+  bool whole = false;
   for (size_t b : records) {
     if (b == n) {
-      plan.record_boundaries.push_back(b);
-    } else if (b >= prev + MinBatch() && b + MinBatch() <= n) {
-      plan.record_boundaries.push_back(b);
-      stops.push_back(b);
-      prev = b;
+      whole = true;
+    } else if (b > restored) {
+      inner.push_back(b);
     }
   }
-  stops.push_back(n);
-  // Each stretch between stops is cut into the fewest chunks of at most PrefillChunk() rows, of
-  // equal length (so none is short: PrefillChunk() >= 2 * MinBatch()).
-  const size_t chunk = PrefillChunk();
-  size_t at = restored;
-  for (size_t stop : stops) {
-    const size_t len = stop - at;
-    const size_t pieces = (len + chunk - 1) / chunk;
-    for (size_t k = 1; k < pieces; ++k) plan.chunk_ends.push_back(at + len * k / pieces);
-    plan.chunk_ends.push_back(stop);
-    at = stop;
-  }
+  cache::BatchClasses::Cuts cuts = classes.Cut(restored, inner, PrefillChunk());
+  plan.chunk_ends = std::move(cuts.batch_ends);
+  plan.record_boundaries = std::move(cuts.stops);
+  if (whole) plan.record_boundaries.push_back(n);
   return plan;
 }
 
 RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
-                                     size_t lane_tokens, size_t lane_prompt_tokens) {
+                                     const cache::BatchClasses& classes, size_t lane_tokens, size_t lane_prompt_tokens,
+                                     const cache::BatchClasses* lane_classes) {
   RestoreOutcome out;
   size_t branch = 0;  // max(lane tokens, lookup path): see RestoreOutcome::branch
   auto miss = [&](std::string reason) {
@@ -203,16 +199,18 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
   const size_t n = prompt.size();
   if (n < MinBatch()) return miss("short-prompt");
   std::shared_ptr<const cache::DecodedResult> decoded;
-  if (auto d = cache_->GetDecoded(scope, prompt); d.ok()) decoded = *d;
-  // At least MinBatch() tokens are left to prefill (one full batch, as in a recompute), unless the
-  // whole prompt is restored for an exact repeat answered from its decoded result.
-  const size_t limit = n - MinBatch();
+  if (auto d = cache_->GetDecoded(DecodedScope(scope, classes), prompt); d.ok()) decoded = *d;
+  // At least one batch of the last run's class is left to prefill (as a recompute computes it),
+  // unless the whole prompt is restored for an exact repeat answered from its decoded result.
+  const size_t limit = classes.LastStartAtOrBelow(n - 1);
   // A lane that held a prompt shorter than MinBatch() computed it in a short batch.
   const size_t lane_shared = lane_prompt_tokens < MinBatch() ? 0 : std::min({lane_tokens, n, lane_prompt_tokens});
   // The lane's last prompt diverges from this one there, unless this one just extends it.
   branch = lane_shared < std::min(n, lane_prompt_tokens) ? lane_shared : 0;
-  size_t keep = LaneReuse() ? lane_shared : 0;  // cut the lane itself to this many tokens
-  if (!(decoded && keep == n)) keep = std::min(keep, limit);
+  // Its rows serve only as far as they were computed in this prompt's classes.
+  const size_t lane_agreed = lane_classes ? std::min(lane_shared, classes.AgreesUpTo(*lane_classes)) : 0;
+  size_t keep = LaneReuse() ? lane_agreed : 0;  // cut the lane itself to this many tokens
+  if (!(decoded && keep == n)) keep = classes.LastStartAtOrBelow(std::min(keep, limit));
   std::optional<cache::Match> match;
   cache::MissReason reason = cache::MissReason::kNeverSeen;
   auto lookup = [&](std::span<const Token> key) {
@@ -227,14 +225,31 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     if (lr->path_tokens < key.size()) branch = std::max(branch, lr->path_tokens);
     return true;
   };
+  auto drop = [&] {
+    ReleasePin(match->entry.id);
+    match.reset();
+  };
   if (decoded) {
     if (!lookup(prompt)) return miss("restore-failed");
-    if (match && match->usable_tokens != n) {
-      ReleasePin(match->entry.id);
-      match.reset();
-    }
+    if (match && (match->usable_tokens != n || AgreedRows(match->entry.id, classes) < n)) drop();
   }
-  if (!match && limit > 0 && !lookup(prompt.first(limit))) return miss("restore-failed");
+  // An entry serves up to its first row classed otherwise, and ends where a batch may start: a
+  // stored KV prefix is cut back to such a point, an exact-boundary entry makes way for a shorter one.
+  for (size_t key = limit, tries = 0; !match && key >= MinBatch() && tries < 4; ++tries) {
+    if (!lookup(prompt.first(key))) return miss("restore-failed");
+    if (!match) break;
+    const size_t u = match->usable_tokens;
+    const size_t agreed = AgreedRows(match->entry.id, classes);
+    if (agreed >= u && classes.CanStartAt(u)) break;
+    const size_t start = classes.LastStartAtOrBelow(std::min(agreed, u));
+    const bool cuttable = match->entry.desc.kind == PayloadKind::kResidentKv && !SlidingWindowExact(match->entry.tokens);
+    if (cuttable && start >= MinBatch()) {
+      match->usable_tokens = start;
+      break;
+    }
+    drop();
+    key = start;
+  }
   if (keep > 0 && engine_.model().n_swa() > 0 && engine_.SequenceFirstPosition(lane) != 0) {
     keep = 0;  // the lane lost early sliding-window cells (never expected with a full-size SWA cache)
   }
@@ -264,7 +279,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     // document, once other prompts have taken the lane) restores it. The lane holds exactly
     // these tokens, computed in the batches of a recompute.
     if (keep == branch && SlidingWindowExact(keep) && keep >= options_.record_stride) {
-      RecordResident(lane, scope, prompt.first(keep));
+      RecordResident(lane, scope, prompt.first(keep), classes);
     }
     out.branch = branch;
     out.restored = keep;
@@ -286,7 +301,7 @@ RestoreOutcome ServingCache::Restore(int32_t lane, const cache::PrefixScope& sco
     s = ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
     if (s.ok() && m.usable_tokens < m.entry.tokens) s = engine_.Truncate(lane, static_cast<int32_t>(m.usable_tokens));
     if (s.ok()) ++stored_hits_;
-  } else if (HybridLaneReuse() && lane_shared >= m.usable_tokens && m.usable_tokens == m.entry.tokens) {
+  } else if (HybridLaneReuse() && lane_agreed >= m.usable_tokens && m.usable_tokens == m.entry.tokens) {
     // The lane's attention KV already holds the entry's tokens: bring back only the recurrent state.
     s = RestoreRecurrentOnto(m.entry, lane, m.usable_tokens);
     if (s.ok()) {
@@ -390,13 +405,15 @@ void ServingCache::Spill(const cache::EntryInfo& e) {
     Warn("spill export", bytes.status());
     return;
   }
-  if (StorePayload(reg.scope, reg.tokens, PayloadKind::kResidentKv, *bytes, e.desc.recompute_cost, e.desc.exact_only)) {
+  if (StorePayload(reg.scope, reg.tokens, PayloadKind::kResidentKv, *bytes, e.desc.recompute_cost, e.desc.exact_only,
+                   reg.classes)) {
     ++spills_;
   }
 }
 
 bool ServingCache::StorePayload(const cache::PrefixScope& scope, std::span<const Token> tokens, PayloadKind kind,
-                                const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only) {
+                                const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only,
+                                const cache::BatchClasses& classes) {
   cache::RecordRequest rq;
   rq.kind = kind;
   rq.bytes = bytes.size();
@@ -422,7 +439,7 @@ bool ServingCache::StorePayload(const cache::PrefixScope& scope, std::span<const
     return false;
   }
   Registered& reg = entries_[*id];
-  reg = {scope.cache_namespace, put->id, {}, {}};
+  reg = {scope.cache_namespace, put->id, {}, {}, 0, classes.Prefix(tokens.size())};
   if (kind == PayloadKind::kKvRecurrent && HybridLaneReuse()) {
     if (auto at = runtime::HybridRecurrentOffset(bytes); at.ok()) reg.recurrent_offset = *at;
   }
@@ -441,7 +458,8 @@ void ServingCache::DropStoreEvictions(const std::vector<uint64_t>& evicted) {
   }
 }
 
-void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix) {
+void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
+                                   const cache::BatchClasses& classes) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kKvRecurrent) return;
   if (prefix.size() < MinBatch()) return;
   auto bytes = engine_.ExportState(lane, PayloadKind::kKvRecurrent);
@@ -449,7 +467,8 @@ void ServingCache::RecordRecurrent(int32_t lane, const cache::PrefixScope& scope
     Warn("export", bytes.status());
     return;
   }
-  if (StorePayload(scope, prefix, PayloadKind::kKvRecurrent, *bytes, static_cast<double>(prefix.size()), false)) {
+  if (StorePayload(scope, prefix, PayloadKind::kKvRecurrent, *bytes, static_cast<double>(prefix.size()), false,
+                   classes)) {
     ++records_;
   } else {
     ++record_skips_;
@@ -468,7 +487,8 @@ std::optional<PendingRecord> ServingCache::CopyRecurrentState(int32_t lane, size
 }
 
 void ServingCache::RecordDeferred(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
-                                  bool record_prompt, std::span<const PendingRecord> pending) {
+                                  const cache::BatchClasses& classes, bool record_prompt,
+                                  std::span<const PendingRecord> pending) {
   if (!enabled_ || !DefersRecurrentRecords() || (!record_prompt && pending.empty())) return;
   auto full = engine_.ExportState(lane, PayloadKind::kKvRecurrent);
   if (!full.ok()) {
@@ -477,7 +497,8 @@ void ServingCache::RecordDeferred(int32_t lane, const cache::PrefixScope& scope,
     return;
   }
   if (record_prompt && prompt.size() >= MinBatch()) {
-    if (StorePayload(scope, prompt, PayloadKind::kKvRecurrent, *full, static_cast<double>(prompt.size()), false)) {
+    if (StorePayload(scope, prompt, PayloadKind::kKvRecurrent, *full, static_cast<double>(prompt.size()), false,
+                     classes)) {
       ++records_;
     } else {
       ++record_skips_;
@@ -487,7 +508,7 @@ void ServingCache::RecordDeferred(int32_t lane, const cache::PrefixScope& scope,
     if (p.tokens == 0 || p.tokens >= prompt.size()) continue;
     auto bytes = runtime::HybridStateAt(*full, p.tokens, p.recurrent);
     if (bytes.ok() && StorePayload(scope, prompt.first(p.tokens), PayloadKind::kKvRecurrent, *bytes,
-                                   static_cast<double>(p.tokens), false)) {
+                                   static_cast<double>(p.tokens), false, classes)) {
       ++records_;
     } else {
       if (!bytes.ok()) Warn("deferred record", bytes.status());
@@ -496,7 +517,8 @@ void ServingCache::RecordDeferred(int32_t lane, const cache::PrefixScope& scope,
   }
 }
 
-void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt) {
+void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                                  const cache::BatchClasses& classes) {
   if (!enabled_ || !engine_.family().enabled || engine_.family().payload != PayloadKind::kResidentKv) return;
   if (prompt.size() < MinBatch()) return;
   cache::RecordRequest rq;
@@ -512,7 +534,8 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
       return;
     }
     auto bytes = engine_.ExportResident(lane);
-    if (bytes.ok() && StorePayload(scope, prompt, PayloadKind::kResidentKv, *bytes, rq.recompute_cost, rq.exact_only)) {
+    if (bytes.ok() &&
+        StorePayload(scope, prompt, PayloadKind::kResidentKv, *bytes, rq.recompute_cost, rq.exact_only, classes)) {
       ++records_;
     } else {
       ++record_skips_;
@@ -540,13 +563,27 @@ void ServingCache::RecordResident(int32_t lane, const cache::PrefixScope& scope,
   }
   ++records_;
   // Kept so the entry can be spilled to the payload store when the resident cap evicts it.
-  entries_[*id] = {scope.cache_namespace, 0, scope, std::vector<Token>(prompt.begin(), prompt.end())};
+  entries_[*id] = {scope.cache_namespace, 0, scope, std::vector<Token>(prompt.begin(), prompt.end()), 0,
+                   classes.Prefix(prompt.size())};
 }
 
 void ServingCache::PutDecoded(const cache::PrefixScope& scope, std::span<const Token> prompt,
-                              const std::vector<float>& logits) {
+                              const cache::BatchClasses& classes, const std::vector<float>& logits) {
   if (!enabled_ || !engine_.family().enabled || prompt.size() < MinBatch()) return;
-  if (Status s = cache_->PutDecoded(scope, prompt, logits); !s.ok()) Warn("decoded result", s);
+  if (Status s = cache_->PutDecoded(DecodedScope(scope, classes), prompt, logits); !s.ok()) Warn("decoded result", s);
+}
+
+size_t ServingCache::AgreedRows(cache::EntryId id, const cache::BatchClasses& classes) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? 0 : classes.AgreesUpTo(it->second.classes);
+}
+
+cache::PrefixScope ServingCache::DecodedScope(const cache::PrefixScope& scope, const cache::BatchClasses& classes) const {
+  const std::string fp = classes.Fingerprint();
+  if (fp.empty()) return scope;
+  cache::PrefixScope s = scope;
+  s.cache_namespace = StrCat(scope.cache_namespace, "#short:", fp);
+  return s;
 }
 
 size_t ServingCache::Clear(const std::optional<std::string>& ns) {

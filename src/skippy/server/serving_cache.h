@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "skippy/cache/batch_classes.h"
 #include "skippy/cache/cache.h"
 #include "skippy/cache/payload_store.h"
 #include "skippy/runtime/engine.h"
@@ -77,12 +78,19 @@ class ServingCache {
                                                                       runtime::Engine& engine);
 
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
-  // restored: the prefix already in the lane (Restore's outcome), where the chunks start. No chunk is
-  // shorter than MinBatch() rows unless the whole prompt is (record boundaries that would cut one
-  // are dropped); chunk_ends is empty when restored == prompt size.
+  // The batch classes of a prompt (cache::BatchClasses, with MinBatch() as the long class): every
+  // prefill of it, cache on or off, follows them, and a restored prefix serves it only as far as
+  // its rows were computed in the same classes.
+  cache::BatchClasses Classes(size_t n_tokens, std::span<const size_t> message_boundaries) const {
+    return cache::BatchClasses::Of(n_tokens, message_boundaries, MinBatch());
+  }
+  // restored: the prefix already in the lane (Restore's outcome), where the chunks start. The chunks
+  // follow `classes` (Classes(prompt.size(), message_boundaries)): no batch mixes classes or is
+  // smaller than its class allows (record boundaries that would cut one are dropped); chunk_ends
+  // is empty when restored == prompt size.
   // branch: RestoreOutcome::branch (an exact-boundary record candidate right after the full prompt).
   PrefillPlan Plan(std::span<const runtime::Token> prompt, std::span<const size_t> message_boundaries,
-                   size_t restored, size_t branch = 0) const;
+                   const cache::BatchClasses& classes, size_t restored, size_t branch = 0) const;
 
   // lane_tokens: how many of the prompt's first tokens the lane already holds, computed by an
   // earlier prompt's prefill in the same scope (LaneReuse or HybridLaneReuse only; else 0), and
@@ -91,8 +99,12 @@ class ServingCache {
   // hit within lane_tokens imports only its recurrent state (Engine::RestoreRecurrentOnto). On a
   // miss the lane is cleared. Never leaves the lane half-restored: on any failure the lane is
   // cleared and the outcome is a miss with reason "restore-failed".
+  // classes: the prompt's (Classes); lane_classes: the lane's last prompt's. Neither a stored entry
+  // nor the lane serves rows past the first one classed differently, and a restore ends only where
+  // the rest of its run holds a whole batch (BatchClasses::CanStartAt).
   RestoreOutcome Restore(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
-                         size_t lane_tokens = 0, size_t lane_prompt_tokens = 0);
+                         const cache::BatchClasses& classes, size_t lane_tokens = 0, size_t lane_prompt_tokens = 0,
+                         const cache::BatchClasses* lane_classes = nullptr);
   // Whether a lane may keep its last prompt's KV for the next request (ResidentKv families, one
   // stream per lane, sliding-window layers full-size so no cell of the lane is ever overwritten):
   // cutting it to a shared prefix gives the cells a recompute would put in the same places.
@@ -115,7 +127,9 @@ class ServingCache {
   size_t MinBatch() const;
   // Rows per prefill batch at most: --prefill-chunk, at least 2 * MinBatch() (see Plan).
   size_t PrefillChunk() const;
-  void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix);
+  // Every record takes the classes of the prompt the lane computed (Classes); the entry keeps them.
+  void RecordRecurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prefix,
+                       const cache::BatchClasses& classes);
   // Hybrids whose attention KV is a plain per-lane cache (HybridLaneReuse): a boundary inside the
   // prompt copies only the recurrent state (CopyRecurrentState, on the path to the first token); once
   // the first token is out, RecordDeferred exports the lane once at the prompt end and builds every
@@ -127,10 +141,11 @@ class ServingCache {
   // REQUIRES: the lane holds exactly `prompt`. Records the prompt end when `record_prompt` and each
   // pending boundary (a prefix of `prompt`).
   void RecordDeferred(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
-                      bool record_prompt, std::span<const PendingRecord> pending);
-  void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt);
+                      const cache::BatchClasses& classes, bool record_prompt, std::span<const PendingRecord> pending);
+  void RecordResident(int32_t lane, const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
+                      const cache::BatchClasses& classes);
   void PutDecoded(const cache::PrefixScope& scope, std::span<const runtime::Token> prompt,
-                  const std::vector<float>& logits);
+                  const cache::BatchClasses& classes, const std::vector<float>& logits);
 
   // Drops every entry of one tenant namespace, or of all namespaces when nullopt. Returns how many
   // prefix entries were erased.
@@ -168,7 +183,12 @@ class ServingCache {
   Status RestoreRecurrentOnto(const cache::EntryInfo& entry, int32_t lane, size_t n_tokens);
   // Records exported bytes as a payload-store entry (no cache sequence). False if not recorded.
   bool StorePayload(const cache::PrefixScope& scope, std::span<const runtime::Token> tokens, cache::PayloadKind kind,
-                    const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only);
+                    const std::vector<uint8_t>& bytes, double recompute_cost, bool exact_only,
+                    const cache::BatchClasses& classes);
+  // How many of the prompt's first rows an entry may serve: up to its first row classed otherwise.
+  size_t AgreedRows(cache::EntryId id, const cache::BatchClasses& classes) const;
+  // Decoded results are kept per classing: the last row's logits differ with its batch class.
+  cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::BatchClasses& classes) const;
   // Erases the entries whose payloads the store evicted for its own cap.
   void DropStoreEvictions(const std::vector<uint64_t>& evicted);
   void Forget(cache::EntryId id);
@@ -195,6 +215,7 @@ class ServingCache {
     // Hybrid KvRecurrent payloads: where the recurrent state starts (HybridRecurrentOffset), so a
     // HybridLaneReuse restore reads only that part; 0 when unknown.
     size_t recurrent_offset = 0;
+    cache::BatchClasses classes;  // the batch classes its rows were computed in
   };
   std::map<cache::EntryId, Registered> entries_;
   std::map<uint64_t, cache::EntryId> by_payload_;
