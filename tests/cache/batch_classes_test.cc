@@ -92,13 +92,20 @@ TEST(BatchClasses, CutsNeverMixClassesNorLeaveASmallBatch) {
   EXPECT_TRUE(c.Cut(663, {}, 256).batch_ends.empty());
 }
 
-TEST(BatchClasses, LongShortRunsSplitBelowTheLongClass) {
-  // Twenty 10-row messages: one 200-row short run, batches of at most 63 rows.
+TEST(BatchClasses, ShortSegmentsAddingUpToALongBatchAreLong) {
+  // Twenty 10-row lines: one 200-row run of short segments, prefilled as a long run.
   std::vector<size_t> ends;
   for (size_t e = 10; e < 200; e += 10) ends.push_back(e);
   auto c = BatchClasses::Of(200, ends, 64);
-  ASSERT_EQ(c.runs(), (std::vector<ClassRun>{{0, 200, true}}));
-  EXPECT_EQ(c.Cut(0, {}, 512).batch_ends, (std::vector<size_t>{50, 100, 150, 200}));
+  ASSERT_EQ(c.runs(), (std::vector<ClassRun>{{0, 200, false}}));
+  EXPECT_EQ(c.Cut(0, {}, 128).batch_ends, (std::vector<size_t>{100, 200}));
+  // A conversation's short tail turns long once it reaches 64 rows: the earlier prompt's short
+  // rows then disagree from the start of that run.
+  const std::vector<size_t> turn1 = {500, 520};
+  const std::vector<size_t> turn2 = {500, 520, 560, 580};
+  auto a = BatchClasses::Of(523, turn1, 64), b = BatchClasses::Of(583, turn2, 64);
+  EXPECT_EQ(b.runs(), (std::vector<ClassRun>{{0, 583, false}}));
+  EXPECT_EQ(b.AgreesUpTo(a), 500u);
 }
 
 // Every batch a cut makes lies in one run and keeps its class's size, from any start point.

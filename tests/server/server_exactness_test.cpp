@@ -102,7 +102,8 @@ json CompareWithNoCache(const std::string& family, const std::vector<std::string
     EXPECT_EQ(a["completion_probabilities"], b["completion_probabilities"])
         << family << tag << " prompt " << i << ": logits differ, cache " << a["skippy"].dump();
     EXPECT_EQ(b["tokens_cached"], 0);
-    // Every prefill batch keeps min_batch rows: a hit that prefills at all prefills at least that.
+    // Every prefill batch of a raw prompt (one long run) keeps min_batch rows: a hit that
+    // prefills at all prefills at least that.
     if (a["skippy"]["cache_hit"].get<bool>() && !a["skippy"]["decoded_result_hit"].get<bool>()) {
       EXPECT_GE(a["timings"]["prompt_n"].get<int>(), min_batch) << family << tag << " prompt " << i;
       short_hits += a["timings"]["prompt_n"].get<int>() < 64 ? 1 : 0;
@@ -180,8 +181,8 @@ std::string Words(uint32_t seed, int n) {
 
 // Chat prompts whose short messages (questions, the assistant header, short answers) follow long
 // ones, with flash attention on: both servers prefill those rows in short batches
-// (cache::BatchClasses), and a hit at a message end prefills only the short messages after it
-// (fewer than 64 tokens). The same tokens sent as a raw prompt are classed otherwise (one long
+// (cache::BatchClasses), and a hit at a long message's end prefills only the short ones after it
+// (fewer than 64 tokens); the second turn's short tail reaches 64 rows and turns long. The same tokens sent as a raw prompt are classed otherwise (one long
 // run): the cache must not serve them from the chat's lane or entries past the first row of
 // another class. Outputs and log-probabilities must equal a --no-cache run's.
 void ExpectChatMatchesNoCache(const std::string& family) {
@@ -249,7 +250,7 @@ void ExpectChatMatchesNoCache(const std::string& family) {
   both("/completion", {{"prompt", rendered["prompt"]}}, "third turn as a raw prompt");
   both("/v1/chat/completions", {{"messages", turn}}, "third turn again");
   EXPECT_GE(hits, 4u);
-  EXPECT_GE(short_hits, 2u) << "no hit prefilled only its short messages";
+  EXPECT_GE(short_hits, 1u) << "no hit prefilled only its short messages";
 }
 
 TEST(ChatExactness, ShortMessagesWithFlashAttentionOn) {

@@ -34,11 +34,11 @@ BatchClasses BatchClasses::Of(size_t n_rows, std::span<const size_t> message_end
     }
     at = e;
   }
-  // A one-row short run would be a one-row batch: it joins its long neighbour (the run before it
-  // when there is one), and long runs that then touch merge.
-  for (size_t i = 0; i < runs.size(); ++i) {
-    if (!runs[i].short_rows || runs[i].end - runs[i].begin > 1 || runs.size() == 1) continue;
-    runs[i].short_rows = false;
+  // A short run of min_long rows or more is long (a document of short lines prefills in long
+  // batches), and a one-row short run would be a one-row batch: it joins its long neighbours.
+  for (Run& r : runs) {
+    const size_t len = r.end - r.begin;
+    if (r.short_rows && (len >= c.min_long_ || (len == 1 && runs.size() > 1))) r.short_rows = false;
   }
   for (const Run& r : runs) {
     if (!c.runs_.empty() && c.runs_.back().short_rows == r.short_rows) {

@@ -7,15 +7,18 @@
 // batch-split check). Without such a split (min_long <= kMinShortBatch) every prompt is one long
 // run and a batch needs only min_long rows; the rest of this header is about the split case.
 //
-// Rule: a prompt's rows are cut at its chat-message ends into segments; a segment shorter than
-// min_long rows is short, the rest long; consecutive segments of one class form a run; a one-row
-// short run joins its long neighbour. Long runs are prefilled in batches of min_long or more rows,
-// short runs in batches of kMinShortBatch to min_long - 1 rows, and no batch crosses a run. The
-// classes are a function of the prompt and its message ends only, never of what the cache holds,
-// so a --no-cache server computes every row in the class a cache hit computes it in. The price: a
-// short message (a question, a tool result, the assistant header) is its own batch on a miss. The
-// gain: a hit at a message end prefills only the short messages after it, as llama-server does,
-// with flash attention on.
+// Rule: a prompt's rows are cut into segments at its segment ends (the server passes chat-message
+// ends; a raw prompt has none and is one segment); a segment shorter than min_long rows is short, the rest long;
+// consecutive segments of one class form a run; a short run of min_long rows or more, or of one
+// row next to a long one, is long after all (and merges with its neighbours). So a short run is a
+// few short messages or lines between long ones or at the end, under min_long rows. Long runs are
+// prefilled in batches of min_long or more rows, short runs in batches of kMinShortBatch or more,
+// and no batch crosses a run. The classes are a function of the prompt and its segment ends only,
+// never of what the cache holds, so a --no-cache server computes every row in the class a cache
+// hit computes it in. The price: a short run is its own batch on a miss. The gain: a hit at the
+// end of a long segment prefills only the short ones after it, as llama-server does, with flash
+// attention on. When the conversation grows, a short run that reaches min_long rows turns long,
+// and a hit then restores only up to its start.
 //
 // A stored prefix may serve a prompt only up to the first row whose class differs (the same
 // tokens sent as a chat and as a raw prompt are classed differently), and only where the rest of

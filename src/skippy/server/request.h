@@ -62,14 +62,17 @@ struct GenerationRequest {
 
 struct PreparedPrompt {
   std::vector<runtime::Token> tokens;
-  std::vector<size_t> message_boundaries;  // token offsets where chat messages end (may be empty)
+  // Token offsets where chat messages end (empty for a raw prompt): the record plan's turn
+  // boundaries and the segments of the prompt's batch classes (cache::BatchClasses).
+  std::vector<size_t> message_boundaries;
 };
 
-// Tokenizes (rendering chat messages with the model's template) and validates token ids.
-// InvalidArgument for an empty prompt or an id outside the vocabulary.
 // llama-server's POST /apply-template: {"messages": [...]} -> the prompt text the chat template
 // renders (with the assistant header), as /v1/chat/completions would tokenize it.
 [[nodiscard]] StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const nlohmann::json& body);
+
+// Tokenizes (rendering chat messages with the model's template) and validates token ids.
+// InvalidArgument for an empty prompt or an id outside the vocabulary.
 [[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request);
 
 }  // namespace skippy::server

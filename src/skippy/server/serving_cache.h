@@ -3,16 +3,21 @@
 // used ONLY from the engine thread (it calls llama.cpp through the Engine).
 //
 // Per request (see Scheduler):
-//   1. Restore(lane, scope, prompt): the longest usable prefix in the request's scope -- the lane's
-//      own last prompt cut back (LaneReuse), or a stored entry: ResidentKv: ImportResident +
-//      Truncate (SWA models: the exact length of an entry longer than the window); KvRecurrent:
-//      ImportState. An exact repeat whose whole prompt is restorable also returns the
-//      decoded-result entry (the last prompt position's logits), so nothing is prefilled. Otherwise
-//      the lookup is made on prompt[0, n - MinBatch()): a hit prefills at least one full batch.
-//      The outcome also says where the prompt branches off the paths the cache and the lane hold.
-//   2. Plan(prompt, restored, branch): the prefill chunk ends and the exact-boundary record
-//      boundaries (the branch point among them), every batch at least MinBatch() rows (see there). tests/server checks per family that outputs and
-//      log-probabilities equal a --no-cache run's.
+//   0. Classes(n, message_boundaries): the prompt's batch classes (cache::BatchClasses), which
+//      every step below follows, cache on or off.
+//   1. Restore(lane, scope, prompt, classes): the longest usable prefix in the request's scope --
+//      the lane's own last prompt cut back (LaneReuse), or a stored entry: ResidentKv:
+//      ImportResident + Truncate (SWA models: the exact length of an entry longer than the
+//      window); KvRecurrent: ImportState. An exact repeat whose whole prompt is restorable also
+//      returns the decoded-result entry (the last prompt position's logits), so nothing is
+//      prefilled. Otherwise the restored prefix ends where a whole batch of its run's class is
+//      left to prefill (with one long run: n - MinBatch()), and no further than the rows the lane
+//      or entry computed in the same classes. The outcome also says where the prompt branches off
+//      the paths the cache and the lane hold.
+//   2. Plan(prompt, message_boundaries, classes, restored, branch): the prefill chunk ends and the
+//      exact-boundary record boundaries (the branch point among them), every batch within one run
+//      and of its class's size. tests/server checks per family that outputs and log-probabilities
+//      equal a --no-cache run's.
 //   3. RecordRecurrent(lane, scope, prefix) at each planned boundary during prefill (and, for
 //      sliding-window models, RecordResident(lane, scope, prefix) there: their entries serve only
 //      exact lengths); the prompt-end records (RecordResident, the last boundary, PutDecoded) once
@@ -117,13 +122,12 @@ class ServingCache {
 
   // A token's KV and logits depend in the last bits on the size class of the batch it was prefilled
   // in (runtime::MinExactBatch: with flash attention on 1 / 2-63 / 64+ rows, off 1 / 2+ rows), and
-  // within the top class on nothing else: not on where the batch starts nor on how long it is
-  // (docs/DESIGN.md; proved per model at startup, see Create). So every batch the server prefills
-  // has at least MinBatch() rows: a hit leaves at least MinBatch() tokens to prefill (or none, for an
-  // exact repeat answered from its decoded result), the plan never cuts a batch shorter, and
-  // prompts shorter than MinBatch() are neither cached nor served from the cache. A restored token
-  // was then computed in a batch of the same class as in a recompute. tests/server compares
-  // log-probabilities with --no-cache for this, with flash attention on and off.
+  // within a class on nothing else: not on where the batch starts nor on how long it is
+  // (docs/DESIGN.md; proved per model at startup, see Create). MinBatch() is the long class's
+  // smallest batch; which rows are long and which short is the prompt's BatchClasses (Classes), so
+  // a restored token was computed in a batch of the same class as in a recompute. Prompts shorter
+  // than MinBatch() are neither cached nor served from the cache. tests/server compares
+  // log-probabilities with --no-cache for this, with flash attention on and off, raw and chat.
   size_t MinBatch() const;
   // Rows per prefill batch at most: --prefill-chunk, at least 2 * MinBatch() (see Plan).
   size_t PrefillChunk() const;
