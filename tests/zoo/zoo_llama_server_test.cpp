@@ -1,6 +1,7 @@
 // llama-server, built from the same llama.cpp Skippy links, serves every tiny zoo model: it becomes
 // healthy and a /completion generates text. This is the baseline the benchmark compares against,
-// so a zoo model it cannot serve is a broken zoo model.
+// so a zoo model it cannot serve is a broken zoo model. It also renders a chat exactly as Skippy's
+// runtime::RenderChat does (llama.cpp's Jinja templates), with message ends Skippy can record at.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,6 +14,9 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "skippy/common/subprocess.h"
+#include "skippy/runtime/chat.h"
+#include "skippy/runtime/llama_backend.h"
+#include "skippy/runtime/model.h"
 #include "skippy/zoo/zoo_spec.h"
 
 using skippy::StrCat;
@@ -78,6 +82,22 @@ TEST_P(LlamaServerOnZoo, ServesHealthAndCompletion) {
   auto j = nlohmann::json::parse(res->body);
   EXPECT_EQ(j.value("tokens_predicted", 0), 4) << res->body;
   EXPECT_FALSE(j.value("content", std::string()).empty()) << res->body;
+
+  const std::vector<skippy::runtime::ChatMessage> chat = {
+      {"system", "You are terse."}, {"user", "Name a river."}, {"assistant", "The Nile."}, {"user", "Another?"}};
+  nlohmann::json messages = nlohmann::json::array();
+  for (const auto& m : chat) messages.push_back({{"role", m.role}, {"content", m.content}});
+  auto tmpl = client.Post("/apply-template", nlohmann::json{{"messages", messages}}.dump(), "application/json");
+  ASSERT_TRUE(tmpl) << "no response; log tail:\n" << skippy::TailOfFile(log);
+  ASSERT_EQ(tmpl->status, 200) << tmpl->body;
+  skippy::runtime::EnsureLlamaBackend();
+  auto loaded = skippy::runtime::Model::Load(model);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto rendered = skippy::runtime::RenderChat(**loaded, chat, true);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(rendered->template_name, "jinja");
+  EXPECT_EQ(rendered->text, nlohmann::json::parse(tmpl->body).value("prompt", std::string()));
+  EXPECT_FALSE(rendered->message_ends.empty()) << rendered->text;
   server->Stop();
   std::filesystem::remove(log);
 }

@@ -1,11 +1,82 @@
 #include "skippy/runtime/chat.h"
 
+#include <dlfcn.h>
+
+#include <exception>
+
+#include "common/chat.h"  // types only: the functions come from LoadJinja
 #include "llama.h"
 #include "skippy/common/strings.h"
 
 namespace skippy::runtime {
 
 namespace {
+
+// common_chat_templates_init returns a std::unique_ptr whose deleter calls into the library; this
+// holder is returned the same way (one pointer, non-trivially destructible, so through memory) and
+// never frees, so nothing here needs the library's symbols at link time.
+struct TemplatesOut {
+  common_chat_templates* p = nullptr;
+  ~TemplatesOut() {}
+};
+static_assert(sizeof(TemplatesOut) == sizeof(common_chat_templates_ptr));
+
+// llama.cpp's common library (the Jinja engine llama-server renders chat templates with), loaded
+// on first use instead of linked: it carries a vendored cpp-httplib whose exported symbols clash
+// with the Debian cpp-httplib skippy-server links (linked, the process corrupted its heap at
+// startup). RTLD_LOCAL keeps its symbols out of the process's scope and RTLD_DEEPBIND makes its
+// own references bind to its own definitions first. The symbol names are those of the pinned
+// llama.cpp; when any is missing the library is not used.
+struct JinjaLib {
+  TemplatesOut (*init)(const llama_model*, const std::string&, const std::string&, const std::string&) = nullptr;
+  decltype(&common_chat_templates_apply) apply = nullptr;
+  decltype(&common_chat_templates_free) free = nullptr;
+  decltype(&common_chat_templates_support_enable_thinking) thinking = nullptr;
+};
+
+const JinjaLib* LoadJinja() {
+  static const JinjaLib lib = [] {
+    JinjaLib l;
+    void* h = dlopen(SKIPPY_LLAMA_COMMON_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (h == nullptr) return l;
+    auto sym = [&](const char* name) { return dlsym(h, name); };
+    l.init = reinterpret_cast<decltype(l.init)>(
+        sym("_Z26common_chat_templates_initPK11llama_modelRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES9_S9_"));
+    l.apply = reinterpret_cast<decltype(l.apply)>(
+        sym("_Z27common_chat_templates_applyPK21common_chat_templatesRK28common_chat_templates_inputs"));
+    l.free = reinterpret_cast<decltype(l.free)>(sym("_Z26common_chat_templates_freeP21common_chat_templates"));
+    l.thinking = reinterpret_cast<decltype(l.thinking)>(
+        sym("_Z45common_chat_templates_support_enable_thinkingPK21common_chat_templates"));
+    if (!l.init || !l.apply || !l.free || !l.thinking) l = JinjaLib{};
+    return l;
+  }();
+  return lib.init ? &lib : nullptr;
+}
+
+// llama-server's rendering of a chat request (no tools; thinking on when the template supports
+// it, as llama-server's default); nullopt when the template throws (some refuse a prefix of a
+// conversation).
+std::optional<std::string> RenderJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
+                                       size_t count, bool add_assistant) {
+  const JinjaLib* lib = LoadJinja();
+  if (lib == nullptr || t == nullptr) return std::nullopt;
+  common_chat_templates_inputs in;
+  for (size_t i = 0; i < count; ++i) {
+    common_chat_msg m;
+    m.role = messages[i].role;
+    m.content = messages[i].content;
+    in.messages.push_back(std::move(m));
+  }
+  in.use_jinja = true;
+  in.add_generation_prompt = add_assistant;
+  in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+  try {
+    in.enable_thinking = lib->thinking(t);
+    return lib->apply(t, in).prompt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
 
 std::string RenderChatMl(const std::vector<ChatMessage>& messages, size_t count, bool add_assistant) {
   std::string out;
@@ -41,6 +112,19 @@ std::optional<std::string> RenderWith(const char* tmpl, const std::vector<ChatMe
 
 }  // namespace
 
+const common_chat_templates* Model::ChatTemplates() const {
+  std::call_once(chat_once_, [this] {
+    const JinjaLib* lib = LoadJinja();
+    if (lib == nullptr) return;
+    try {
+      TemplatesOut out = lib->init(model_, "", "", "");
+      if (out.p != nullptr) chat_templates_ = std::shared_ptr<common_chat_templates>(out.p, lib->free);
+    } catch (const std::exception&) {
+    }
+  });
+  return chat_templates_.get();
+}
+
 StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
                                   bool add_assistant_prompt) {
   if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
@@ -48,21 +132,26 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
     if (messages[i].role.empty()) return absl::InvalidArgumentError(StrCat("messages[", i, "].role is empty"));
   }
   const char* tmpl = llama_model_chat_template(model.raw(), nullptr);
+  const common_chat_templates* jinja = model.ChatTemplates();
+  enum class How { kJinja, kBuiltIn, kChatMl } how = How::kChatMl;
   RenderedChat out;
-  std::optional<std::string> whole;
-  if (tmpl != nullptr) whole = RenderWith(tmpl, messages, messages.size(), add_assistant_prompt);
-  const bool fallback = !whole.has_value();
-  if (fallback) {
-    out.text = RenderChatMl(messages, messages.size(), add_assistant_prompt);
-    out.template_name = "chatml-fallback";
-  } else {
-    out.text = std::move(*whole);
-    out.template_name = "gguf";
+  std::optional<std::string> whole = RenderJinja(jinja, messages, messages.size(), add_assistant_prompt);
+  if (whole) {
+    how = How::kJinja;
+  } else if (tmpl != nullptr && (whole = RenderWith(tmpl, messages, messages.size(), add_assistant_prompt))) {
+    how = How::kBuiltIn;
   }
+  switch (how) {
+    case How::kJinja: out.template_name = "jinja"; break;
+    case How::kBuiltIn: out.template_name = "gguf"; break;
+    case How::kChatMl: out.template_name = "chatml-fallback"; break;
+  }
+  out.text = whole ? std::move(*whole) : RenderChatMl(messages, messages.size(), add_assistant_prompt);
   // Message boundaries: the rendering of the first i+1 messages, if it is a prefix of the whole.
   for (size_t i = 0; i + 1 < messages.size(); ++i) {
-    std::optional<std::string> part =
-        fallback ? std::optional(RenderChatMl(messages, i + 1, false)) : RenderWith(tmpl, messages, i + 1, false);
+    std::optional<std::string> part = how == How::kJinja     ? RenderJinja(jinja, messages, i + 1, false)
+                                      : how == How::kBuiltIn ? RenderWith(tmpl, messages, i + 1, false)
+                                                             : std::optional(RenderChatMl(messages, i + 1, false));
     if (!part || part->empty() || part->size() >= out.text.size() || out.text.compare(0, part->size(), *part) != 0) {
       out.message_ends.clear();
       return out;

@@ -1,11 +1,13 @@
 // Chat prompts: rendering OpenAI-style messages into prompt text with the model's chat template.
 //
-// RenderChat uses the template stored in the GGUF (tokenizer.chat_template) through llama.cpp's
-// llama_chat_apply_template, which recognises a fixed list of well-known templates (ChatML, Llama 3,
-// Gemma, GLM, DeepSeek, ...) by their text; it does not run Jinja. When the model has no template,
-// or llama.cpp does not recognise it, the fallback is ChatML:
+// RenderChat renders like llama-server: the GGUF's template (tokenizer.chat_template) run by
+// llama.cpp's Jinja engine (common_chat_templates, loaded from libllama-common at run time; without
+// a template, llama.cpp's default), with the assistant header and llama-server's default thinking
+// setting. If that library cannot be loaded or the template throws, llama_chat_apply_template's
+// built-in list of well-known templates (ChatML, Llama 3, Gemma, ...) is tried, and then ChatML:
 //     <|im_start|>{role}\n{content}<|im_end|>\n   per message, then "<|im_start|>assistant\n"
-// (template_name says which was used: the llama.cpp name of the template, or "chatml-fallback").
+// (template_name says which: "jinja", "gguf" or "chatml-fallback"). tests/zoo checks the text
+// equals llama-server's /apply-template for every zoo family.
 //
 // message_ends[i] is the byte offset in `text` where message i ends (the rendering of messages
 // [0, i] is a prefix of the whole rendering there); it is omitted (empty) when a template does

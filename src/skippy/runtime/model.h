@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +21,7 @@
 #include "skippy/common/status.h"
 
 struct llama_model;
+struct common_chat_templates;
 struct llama_context;
 struct ggml_threadpool;
 
@@ -73,6 +75,11 @@ class Model {
   Status ValidateTokens(std::span<const Token> tokens) const;
 
   llama_model* raw() const { return model_; }
+  // The chat templates llama-server renders this model's chat requests with (its GGUF template run
+  // by llama.cpp's Jinja engine, or llama.cpp's default when it has none), built on first use
+  // (chat.cpp); null when llama.cpp's common library cannot be loaded or the template does not
+  // compile. Thread-safe.
+  const common_chat_templates* ChatTemplates() const;
 
  private:
   Model(std::string path, llama_model* model, GgufSummary summary)
@@ -80,6 +87,8 @@ class Model {
   std::string path_;
   llama_model* model_;
   GgufSummary summary_;
+  mutable std::once_flag chat_once_;
+  mutable std::shared_ptr<common_chat_templates> chat_templates_;
 };
 
 struct ContextOptions {
