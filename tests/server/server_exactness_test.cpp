@@ -313,6 +313,27 @@ TEST(BranchPoint, ALaneCutAtABranchIsRecorded) {
   EXPECT_EQ(ask(2), doc.size()) << "the third question should restore the document from the recorded cut";
 }
 
+// --exact-min-batch is only a claim: the startup batch-split check proves it or the cache is off.
+// With flash attention on, 2-row batches take another kernel path than 64-row ones on the pinned
+// llama.cpp (tests/runtime BatchSplitCheck), so this server must refuse the cache and still serve.
+TEST(ExactMinBatch, AWrongClaimTurnsTheCacheOff) {
+  auto on = ServerProcess::Start("llama", {"-c", "512", "-fa", "on", "--exact-min-batch", "2"}, "llama-min-batch-2");
+  ASSERT_TRUE(on);
+  auto c = on->Client();
+  auto stats = c->Get("/cache/stats");
+  ASSERT_TRUE(stats);
+  const json j = json::parse(stats->body);
+  EXPECT_FALSE(j.value("enabled", true)) << j.dump();
+  EXPECT_NE(j.value("disabled_reason", std::string()), "") << j.dump();
+  EXPECT_FALSE(j["batch_split"].value("pass", true)) << j.dump();
+  const std::vector<int> prompt = TokenRun(0, 150);
+  for (int i = 0; i < 2; ++i) {
+    auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
+    ASSERT_EQ(st, 200) << a.dump();
+    EXPECT_EQ(a.value("tokens_cached", -1), 0) << "served from a cache that failed its check";
+  }
+}
+
 // --kv-unified (resident cache sequences in one shared stream) failed this comparison: a lane that
 // shares a resident entry's cells, and the cells it adds after them, sit at other indices than in
 // a recompute, and CPU flash attention groups cells into tiles by index, so log-probabilities

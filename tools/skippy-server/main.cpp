@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   app.add_option("--cache-tokens", o.cache_tokens, "with --kv-unified: KV cells for resident entries (beyond: spilled)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
+  app.add_option("--exact-min-batch", o.min_exact_batch,
+                 "smallest prefill batch of the long class (default: 64 with flash attention on, 2 off); for builds "
+                 "whose kernels draw the line elsewhere. The startup batch-split check proves it, or the cache is off")
+      ->check(CLI::Range(2, 256));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
   app.add_option("--cache-max-records", o.max_records, "exact-boundary records per prompt (hybrid and sliding-window models)")->capture_default_str();
   app.add_option("--cache-record-tail", o.record_tail,
@@ -92,7 +96,8 @@ int main(int argc, char** argv) {
   o.flash_attn = flash_attn == "on";
   // Every long batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
   // chunk must hold two of them; a tail record leaves at least a short batch (2 rows).
-  const uint32_t min_batch = static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn));
+  const uint32_t min_batch = o.min_exact_batch > 0 ? o.min_exact_batch
+                                                   : static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn));
   if (o.n_batch < 2 * min_batch || o.prefill_chunk < 2 * min_batch) {
     std::fprintf(stderr, "skippy-server: -b and --prefill-chunk must be at least %u with flash attention %s\n",
                  2 * min_batch, flash_attn.c_str());

@@ -51,6 +51,9 @@ struct EngineOptions {
   uint32_t lane_count = 1;
   uint32_t cache_seq_count = 4;  // resident cache sequences
   int n_gpu_layers = 0;
+  // The smallest batch of the long class, when this build, backend or CPU draws the line elsewhere
+  // than MinExactBatch(context.flash_attn) (0: that). Only certify::CheckBatchSplits proves it.
+  size_t min_exact_batch = 0;
 };
 
 // What a ResidentKv record holds: the cache sequence and how many tokens are resident in it.
@@ -74,8 +77,10 @@ class Engine {
   uint32_t lane_count() const { return options_.lane_count; }
   uint32_t cache_seq_count() const { return options_.cache_seq_count; }
   int32_t cache_seq(uint32_t i) const { return static_cast<int32_t>(options_.lane_count + i); }
-  // MinExactBatch(flash_attn) for this engine's context.
-  size_t MinExactBatch() const { return runtime::MinExactBatch(options_.context.flash_attn); }
+  // options().min_exact_batch, or MinExactBatch(flash_attn) for this engine's context.
+  size_t MinExactBatch() const {
+    return options_.min_exact_batch > 0 ? options_.min_exact_batch : runtime::MinExactBatch(options_.context.flash_attn);
+  }
 
   // Lowest position a sequence still holds cells for (-1 when empty); for sliding-window caches the
   // SWA layers' (they drop cells older than the window when they need room).

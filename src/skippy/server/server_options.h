@@ -16,6 +16,9 @@ struct ServerOptions {
   uint32_t n_batch = 512;           // -b: llama.cpp batch (prefill chunks never exceed it)
   bool flash_attn = false;          // -fa on|off, never "auto"; off lets a hit prefill 2+ tokens
                                     // (runtime::MinExactBatch)
+  // --exact-min-batch: the long class's smallest batch (0: runtime::MinExactBatch(flash_attn)); the
+  // startup batch-split check proves it or turns the cache off.
+  uint32_t min_exact_batch = 0;
   uint32_t lane_count = 1;          // --runtime-lane-count
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
