@@ -169,6 +169,32 @@ TEST_F(ServerHttp, OpenAiCompletionAndChat) {
   auto [s3, r3] = PostJson(*c, "/v1/chat/completions", chat);
   ASSERT_EQ(s3, 200) << r3.dump();
   EXPECT_GT(r3["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 10) << r3.dump();
+
+  // OpenAI chat logprobs: one entry per generated token, the chosen token's bytes (0-255) spell
+  // its text, top_logprobs alternatives each, the first being the chosen (greedy) token.
+  chat["logprobs"] = true;
+  chat["top_logprobs"] = 2;
+  auto [s4, r4] = PostJson(*c, "/v1/chat/completions", chat);
+  ASSERT_EQ(s4, 200) << r4.dump();
+  const json& content = r4["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), r4["usage"]["completion_tokens"].get<size_t>()) << r4.dump();
+  for (const json& t : content) {
+    std::string spelled;
+    for (const json& b : t["bytes"]) {
+      ASSERT_TRUE(b.get<int>() >= 0 && b.get<int>() <= 255) << t.dump();
+      spelled += static_cast<char>(b.get<int>());
+    }
+    EXPECT_EQ(spelled, t["token"].get<std::string>());
+    ASSERT_EQ(t["top_logprobs"].size(), 2u) << t.dump();
+    EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+  }
+  // Neutral values are accepted.
+  json neutral = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 1}, {"logprobs", false},
+                  {"top_logprobs", 0}};
+  auto [s5, r5] = PostJson(*c, "/v1/chat/completions", neutral);
+  EXPECT_EQ(s5, 200) << r5.dump();
+  EXPECT_TRUE(r5["choices"][0]["logprobs"].is_null());
 }
 
 TEST_F(ServerHttp, StreamingMatchesNonStreaming) {
@@ -313,6 +339,17 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"float temperature string", "/completion", R"({"prompt":"x","temperature":"hot"})", 400},
       {"n > 1", "/v1/completions", R"({"prompt":"x","n":3})", 400},
       {"n_probs too many", "/completion", R"({"prompt":"x","n_probs":21})", 400},
+      {"non-string content part type", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":[{"type":5,"text":"x"}]}]})", 400},
+      {"top_logprobs without logprobs", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", 400},
+      {"top_logprobs too many", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", 400},
+      {"logprobs with stream", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"stream":true})", 400},
+      {"apply-template without messages", "/apply-template", R"({"prompt":"x"})", 400},
+      {"apply-template non-string type", "/apply-template",
+       R"({"messages":[{"role":"user","content":[{"type":[],"text":"x"}]}]})", 400},
       {"n_probs with stream", "/completion", R"({"prompt":"x","n_probs":2,"stream":true})", 400},
       {"n_probs on openai", "/v1/completions", R"({"prompt":"x","n_probs":2})", 400},
       {"empty prompt", "/completion", R"({"prompt":""})", 400},

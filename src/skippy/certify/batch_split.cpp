@@ -106,14 +106,16 @@ StatusOr<BatchSplitReport> RunAllCuts(runtime::Engine& engine, int32_t lane, siz
   r.prompt_equal = std::move(whole.prompt_equal);
   r.decode_equal = std::move(whole.decode_equal);
   if (m > cache::BatchClasses::kMinShortBatch) {
-    // A short run after a long one (cache::BatchClasses): its rows in one short batch or cut into
-    // other short batches.
-    const size_t s = std::min<size_t>(40, m - 1);
+    // A short run after a long one (cache::BatchClasses): its rows (as many as the longest short
+    // batch) in one short batch or cut into other short batches of 2+ rows.
+    const size_t s = m - 1;
+    const size_t two = cache::BatchClasses::kMinShortBatch;
     const std::vector<size_t> head = FitBatch({n - s}, n_batch);
-    std::vector<std::vector<size_t>> tails = {{s}, {s / 2, s - s / 2}, {2, s - 2}, {s - 2, 2}};
-    if (s >= 9) tails.push_back({s / 3, s / 3, s - 2 * (s / 3)});
+    std::vector<std::vector<size_t>> tails = {{s}, {s / 2, s - s / 2}, {two, s - two}, {s - two, two},
+                                              {s / 3, s / 3, s - 2 * (s / 3)}};
     std::vector<std::vector<size_t>> short_cuts;
     for (const auto& t : tails) {
+      if (std::any_of(t.begin(), t.end(), [&](size_t p) { return p < two; })) continue;
       std::vector<size_t> c = head;
       c.insert(c.end(), t.begin(), t.end());
       short_cuts.push_back(std::move(c));

@@ -37,9 +37,9 @@ struct BatchSplitReport {
   size_t n_tokens = 0;                          // prompt length checked
   std::vector<std::vector<size_t>> cuts;        // batch lengths of each cut; cuts[0] is the reference
   std::vector<bool> prompt_equal, decode_equal; // per cut, against cuts[0]
-  // Only with a short class (min_batch > 2): the last up to 40 rows (fewer than min_batch) after one
-  // long batch, in one short batch (short_cuts[0], the reference) or cut into other short batches
-  // of 2+ rows, as cache::BatchClasses allows.
+  // Only with a short class (min_batch > 2): the last min_batch - 1 rows after one long batch, in
+  // one short batch (short_cuts[0], the reference) or cut into other short batches of 2+ rows, as
+  // cache::BatchClasses allows.
   std::vector<std::vector<size_t>> short_cuts;
   std::vector<bool> short_prompt_equal, short_decode_equal;
   bool pass = false;

@@ -65,8 +65,9 @@ json LogprobsJson(const std::vector<TokenLogprobs>& all) {
 // OpenAI's chat "logprobs": {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
 json ChatLogprobsJson(const std::vector<TokenLogprobs>& all, int32_t top_n) {
   auto entry = [](const TokenLogprobs::Candidate& c) {
-    return json{{"token", c.piece}, {"logprob", c.logprob},
-                {"bytes", std::vector<int>(c.piece.begin(), c.piece.end())}};
+    std::vector<int> bytes;  // 0-255 (char is signed here)
+    for (unsigned char ch : c.piece) bytes.push_back(ch);
+    return json{{"token", c.piece}, {"logprob", c.logprob}, {"bytes", bytes}};
   };
   json content = json::array();
   for (const TokenLogprobs& t : all) {

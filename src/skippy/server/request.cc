@@ -112,7 +112,9 @@ Status ParseMessages(const json& m, GenerationRequest& r) {
     } else if (content->is_array()) {
       // OpenAI content parts: only text parts are supported.
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        const auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
           return absl::InvalidArgumentError(StrCat("messages[", i, "].content: only text parts are supported"));
         }
         cm.content += part["text"].get<std::string>();
@@ -278,13 +280,22 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   }
   if (endpoint == Endpoint::kChatCompletions) {
     // OpenAI chat logprobs: the chosen token's and the top_logprobs most likely tokens' (0..kMaxProbs).
-    SKIPPY_ASSIGN_OR_RETURN(auto lp, GetBool(body, "logprobs"));
+    // logprobs false or 0 and top_logprobs 0 are the neutral values OpenAI clients send.
+    const json* lpv = Get(body, "logprobs");
+    if (lpv && lpv->is_number_integer() && lpv->get<int64_t>() == 0) lpv = nullptr;
+    std::optional<bool> lp;
+    if (lpv) {
+      if (!lpv->is_boolean()) return TypeError("logprobs", "a boolean");
+      lp = lpv->get<bool>();
+    }
     SKIPPY_ASSIGN_OR_RETURN(auto top, GetInt(body, "top_logprobs"));
     if (top && (*top < 0 || *top > GenerationRequest::kMaxProbs)) {
       return absl::InvalidArgumentError(
           StrCat("field 'top_logprobs' must be in [0, ", GenerationRequest::kMaxProbs, "], got ", *top));
     }
-    if (top && !lp.value_or(false)) return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs': true");
+    if (top && *top > 0 && !lp.value_or(false)) {
+      return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs': true");
+    }
     if (lp.value_or(false)) {
       if (r.stream) return absl::InvalidArgumentError("unsupported: 'logprobs' with 'stream'");
       r.chat_logprobs = true;
