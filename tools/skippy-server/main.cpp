@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   o.flash_attn = flash_attn == "on";
   // Every long batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
   // chunk must hold two of them; a tail record leaves at least a short batch (2 rows).
-  const uint32_t min_batch = o.min_exact_batch > 0 ? o.min_exact_batch
-                                                   : static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn));
+  const uint32_t min_batch =
+      static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn, o.min_exact_batch));
   if (o.n_batch < 2 * min_batch || o.prefill_chunk < 2 * min_batch) {
     std::fprintf(stderr, "skippy-server: -b and --prefill-chunk must be at least %u with flash attention %s\n",
                  2 * min_batch, flash_attn.c_str());

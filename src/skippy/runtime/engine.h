@@ -42,7 +42,11 @@ namespace skippy::runtime {
 // matrix products from 2 columns; a 1-row batch uses vector dot products). Measured on the pinned
 // llama.cpp's CPU backend (docs/DESIGN.md); certify::CheckBatchSplits proves it for one loaded
 // model, and skippy-server runs that check before it serves from the cache.
-constexpr size_t MinExactBatch(bool flash_attn) { return flash_attn ? 64 : 2; }
+// `claimed` > 0 (--exact-min-batch, EngineOptions::min_exact_batch) replaces the rule for builds
+// that draw the line elsewhere; only the batch-split check proves it.
+constexpr size_t MinExactBatch(bool flash_attn, size_t claimed = 0) {
+  return claimed > 0 ? claimed : flash_attn ? 64 : 2;
+}
 
 struct EngineOptions {
   std::string model_path;
@@ -79,7 +83,7 @@ class Engine {
   int32_t cache_seq(uint32_t i) const { return static_cast<int32_t>(options_.lane_count + i); }
   // options().min_exact_batch, or MinExactBatch(flash_attn) for this engine's context.
   size_t MinExactBatch() const {
-    return options_.min_exact_batch > 0 ? options_.min_exact_batch : runtime::MinExactBatch(options_.context.flash_attn);
+    return runtime::MinExactBatch(options_.context.flash_attn, options_.min_exact_batch);
   }
 
   // Lowest position a sequence still holds cells for (-1 when empty); for sliding-window caches the

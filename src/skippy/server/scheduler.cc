@@ -98,9 +98,7 @@ void Job::Finish(std::string finish_reason, std::optional<ApiError> error, const
 Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::move(options)), metrics_(metrics) {
   options_.lane_count = std::max<uint32_t>(1, options_.lane_count);
   // Every prefill batch keeps runtime::MinExactBatch rows, so a chunk holds at least two of them.
-  const auto min_batch = options_.min_exact_batch > 0
-                             ? options_.min_exact_batch
-                             : static_cast<uint32_t>(runtime::MinExactBatch(options_.flash_attn));
+  const auto min_batch = static_cast<uint32_t>(runtime::MinExactBatch(options_.flash_attn, options_.min_exact_batch));
   options_.n_batch = std::max<uint32_t>(options_.n_batch, 2 * min_batch);
   options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 2 * min_batch, options_.n_batch);
   // A tail record leaves at least one short batch (ServingCache::Plan makes it a long one after a
