@@ -257,6 +257,55 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOn) {
   for (const std::string family : {"llama", "gemma3", "qwen3next"}) ExpectChatMatchesNoCache(family);
 }
 
+// Lanes step together (Engine::DecodeStep): two requests generated at the same time on a two-lane
+// server get the tokens and log-probabilities each gets alone, on a --no-cache server (no decoded
+// results to answer repeats) and on a cache-on one; a recurrent family decodes its lanes one at a
+// time and says why.
+TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) {
+  const std::vector<std::string> common = {"-c", "1024", "--runtime-lane-count", "2"};
+  std::vector<std::string> off_flags = common;
+  off_flags.push_back("--no-cache");
+  auto off = ServerProcess::Start("llama", off_flags, "lanes-off");
+  ASSERT_TRUE(off);
+  auto on = ServerProcess::Start("llama", common, "lanes-on");
+  ASSERT_TRUE(on);
+  auto stats = [](ServerProcess& p) { return json::parse(p.Client()->Get("/cache/stats")->body); };
+  EXPECT_TRUE(stats(*off)["lane_batching"].value("on", false)) << stats(*off).dump();
+  const json reqs[2] = {{{"prompt", Words(11, 12)}, {"n_predict", 48}},
+                        {{"prompt", Words(12, 300)}, {"n_predict", 64}}};
+  auto ask = [](ServerProcess& p, json req) {
+    req["temperature"] = 0;
+    req["ignore_eos"] = true;
+    req["return_tokens"] = true;
+    req["n_probs"] = 2;
+    auto [status, body] = PostJson(*p.Client(), "/completion", req);
+    EXPECT_EQ(status, 200) << body.dump();
+    return body;
+  };
+  json alone[2] = {ask(*off, reqs[0]), ask(*off, reqs[1])};
+  ASSERT_FALSE(alone[0]["completion_probabilities"].is_null());
+  for (ServerProcess* server : {off.get(), on.get()}) {
+    // Both at once, until the server has stepped both lanes in one batch (tiny models decode in
+    // about a millisecond, so the two may miss each other).
+    for (int attempt = 0; attempt < 5 && stats(*server)["lane_batching"].value("steps_together", 0) == 0; ++attempt) {
+      json together[2];
+      std::thread t([&] { together[1] = ask(*server, reqs[1]); });
+      together[0] = ask(*server, reqs[0]);
+      t.join();
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
+        EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
+      }
+    }
+    EXPECT_GT(stats(*server)["lane_batching"].value("steps_together", 0), 0) << "the requests never overlapped";
+  }
+  auto hybrid = ServerProcess::Start("qwen3next", common, "lanes-hybrid");
+  ASSERT_TRUE(hybrid);
+  const json h = stats(*hybrid)["lane_batching"];
+  EXPECT_FALSE(h.value("on", true)) << h.dump();
+  EXPECT_NE(h.value("reason", "").find("recurrent"), std::string::npos) << h.dump();
+}
+
 // n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).
 std::vector<int> TokenRun(int from, int n) {
   std::vector<int> v;

@@ -116,6 +116,42 @@ Status Engine::Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0
   return context_->Prefill(tokens, pos0, lane);
 }
 
+int32_t Engine::LaneCapacity() const { return static_cast<int32_t>(context_->SequenceCapacity()); }
+
+StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const DecodeStepIn> steps) {
+  if (!CanDecodeSteps()) {
+    return absl::FailedPreconditionError("a recurrent or hybrid model cannot decode lanes with pad rows");
+  }
+  if (steps.empty()) return absl::InvalidArgumentError("no lanes to step");
+  std::vector<Context::Row> rows;
+  rows.reserve(2 * steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const DecodeStepIn& s = steps[i];
+    SKIPPY_RETURN_IF_ERROR(CheckAppend(s.lane, s.pos));
+    for (size_t j = 0; j < i; ++j) {
+      if (steps[j].lane == s.lane) return absl::InvalidArgumentError(StrCat("lane ", s.lane, " steps twice"));
+    }
+    if (s.pos + 2 > LaneCapacity()) {
+      return absl::InvalidArgumentError(
+          StrCat("lane ", s.lane, ": no cell for the pad row after position ", s.pos, " (", LaneCapacity(), " cells)"));
+    }
+    // The pad row is an output too: the vocabulary projection then always has 2+ rows (one row
+    // takes another kernel path).
+    rows.push_back({s.lane, s.pos, s.token, true});
+    rows.push_back({s.lane, s.pos + 1, s.token, true});
+  }
+  llama_memory_t mem = llama_get_memory(context_->raw());
+  auto logits = context_->DecodeRows(rows);
+  for (const DecodeStepIn& s : steps) {
+    llama_memory_seq_rm(mem, s.lane, logits.ok() ? s.pos + 1 : s.pos, -1);
+  }
+  if (!logits.ok()) return logits.status();
+  std::vector<std::vector<float>> out;
+  out.reserve(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) out.push_back(std::move((*logits)[2 * i]));
+  return out;
+}
+
 StatusOr<ResidentRecord> Engine::RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq) {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   SKIPPY_RETURN_IF_ERROR(CheckCacheSeq(cache_seq));

@@ -108,6 +108,30 @@ class Engine {
   // Leaves the same state as Decode.
   Status Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0);
 
+  // One generated token for each of several lanes, in one llama_decode (what llama-server does with
+  // its slots, without letting a lane's numbers depend on the others). Each lane's token is written
+  // at `pos` together with a pad row of its own at pos + 1 (the same token, its logits computed
+  // and dropped), removed again afterwards. Why: on llama.cpp's CPU backend a lone query row per
+  // KV stream gets an attention result that moves with the KV length of the longest lane in the
+  // batch, and a lone output row takes another vocabulary-projection kernel than 2+ rows; with two
+  // rows of each per lane, a lane's row comes out the same whatever else is in the batch
+  // (measured; certify::CheckLaneBatching proves it per model).
+  // So a lane's logits are the same alone or with any other lanes, but they are not those of
+  // Decode (one row): a server uses one or the other for every generated token.
+  // Returns the logits per step, in order; each lane then holds pos + 1 tokens.
+  // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + 2 <= the lane's cells
+  // (InvalidArgument otherwise). FailedPrecondition for recurrent and hybrid models, whose state
+  // cannot drop the pad row (CanDecodeSteps). On a llama.cpp failure every lane is cut back to pos.
+  struct DecodeStepIn {
+    int32_t lane = 0;
+    Token token = 0;
+    int32_t pos = 0;
+  };
+  StatusOr<std::vector<std::vector<float>>> DecodeStep(std::span<const DecodeStepIn> steps);
+  bool CanDecodeSteps() const { return !model_->is_recurrent() && !model_->is_hybrid(); }
+  // Cells one lane can hold.
+  int32_t LaneCapacity() const;
+
   // ResidentKv: keeps the first n_tokens of `lane` resident in cache sequence `cache_seq`
   // (replacing what it held). FailedPrecondition for a family whose payload is not ResidentKv.
   StatusOr<ResidentRecord> RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq);

@@ -202,6 +202,46 @@ Status Context::Prefill(std::span<const Token> tokens, int32_t pos0, int32_t seq
   return Run(tokens, pos0, seq, /*last_logits=*/false);
 }
 
+uint32_t Context::SequenceCapacity() const { return llama_n_ctx_seq(ctx_); }
+
+StatusOr<std::vector<std::vector<float>>> Context::DecodeRows(std::span<const Row> rows) {
+  if (rows.empty()) return absl::InvalidArgumentError("nothing to decode: no rows");
+  if (rows.size() > llama_n_batch(ctx_)) {
+    return absl::InvalidArgumentError(StrCat(rows.size(), " rows exceed the batch of ", llama_n_batch(ctx_)));
+  }
+  const uint32_t capacity = SequenceCapacity();
+  for (const Row& r : rows) {
+    SKIPPY_RETURN_IF_ERROR(model_.ValidateTokens(std::span(&r.token, 1)));
+    if (r.seq < 0 || static_cast<uint32_t>(r.seq) >= options_.n_seq_max) {
+      return absl::InvalidArgumentError(StrCat("sequence id ", r.seq, " outside [0, ", options_.n_seq_max, ")"));
+    }
+    if (r.pos < 0 || static_cast<uint32_t>(r.pos) >= capacity) {
+      return absl::InvalidArgumentError(StrCat("position ", r.pos, " outside a sequence's ", capacity, " cells"));
+    }
+  }
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(rows.size()), 0, 1);
+  std::unique_ptr<llama_batch, void (*)(llama_batch*)> guard(&batch, [](llama_batch* b) { llama_batch_free(*b); });
+  batch.n_tokens = static_cast<int32_t>(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    batch.token[i] = rows[i].token;
+    batch.pos[i] = rows[i].pos;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = rows[i].seq;
+    batch.logits[i] = rows[i].output ? 1 : 0;
+  }
+  if (const int32_t rc = llama_decode(ctx_, batch); rc != 0) {
+    return absl::InternalError(StrCat("llama_decode failed (", rc, "): ", TakeLlamaLogTail()));
+  }
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].output) continue;
+    const float* logits = llama_get_logits_ith(ctx_, static_cast<int32_t>(i));
+    if (logits == nullptr) return absl::InternalError("llama.cpp returned no logits");
+    out.emplace_back(logits, logits + model_.n_vocab());
+  }
+  return out;
+}
+
 Status Context::Run(std::span<const Token> tokens, int32_t pos0, int32_t seq, bool last_logits) {
   if (tokens.empty()) return absl::InvalidArgumentError("nothing to decode: empty token list");
   SKIPPY_RETURN_IF_ERROR(model_.ValidateTokens(tokens));

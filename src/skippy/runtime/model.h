@@ -123,6 +123,20 @@ class Context {
   // recurrent state it leaves are those Decode leaves (outputs only select rows after the last
   // layer's cache writes). For the chunks of a prompt whose logits nobody reads.
   Status Prefill(std::span<const Token> tokens, int32_t pos0, int32_t seq = 0);
+  // One row of DecodeRows: `token` into sequence `seq` at `pos`; `output` asks for its logits.
+  struct Row {
+    int32_t seq = 0;
+    int32_t pos = 0;
+    Token token = 0;
+    bool output = false;
+  };
+  // Decodes `rows` (1..n_batch of them, any sequences) in one llama_decode and returns the logits
+  // of the output rows, in order. REQUIRES: valid tokens and sequence ids, each position below the
+  // sequence's share of the context (llama_n_ctx_seq); InvalidArgument otherwise.
+  StatusOr<std::vector<std::vector<float>>> DecodeRows(std::span<const Row> rows);
+  // Cells one sequence can hold (llama_n_ctx_seq: n_ctx, or n_ctx / n_seq_max with one KV stream
+  // per sequence).
+  uint32_t SequenceCapacity() const;
   // Removes every cell of `seq`.
   void ClearSequence(int32_t seq);
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "skippy/certify/lane_batching.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/sampler.h"
 
@@ -123,12 +124,14 @@ Status Scheduler::Load() {
   eo.min_exact_batch = options_.min_exact_batch;
   eo.lane_count = options_.lane_count;
   eo.context.kv_unified = options_.kv_unified;
+  // A lane stepping with others writes a pad row after its last token (Engine::DecodeStep).
+  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching ? 1 : 0;
   if (options_.kv_unified) {
     // One stream: lanes * per-lane context + cells for resident cache entries. Sliding-window
     // models get a full-size SWA cache: resident entries recorded mid-prefill pin the window cells
     // they share with the lane, and the default SWA cache (window x sequences + one ubatch) runs out
     // of cells after a few of them (llama_decode then finds no slot).
-    eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count + options_.cache_tokens;
+    eo.context.n_ctx = (options_.ctx_per_lane + pad) * options_.lane_count + options_.cache_tokens;
     eo.context.swa_full = true;
     eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
   } else {
@@ -136,7 +139,7 @@ Status Scheduler::Load() {
     // Sliding-window layers get the full per-lane size too, so a lane never overwrites its own
     // older cells within its context: its last prompt can be cut back to a shared prefix
     // (ServingCache::LaneReuse), and new cells always land in position order.
-    eo.context.n_ctx = options_.ctx_per_lane * options_.lane_count;
+    eo.context.n_ctx = (options_.ctx_per_lane + pad) * options_.lane_count;
     eo.context.swa_full = true;
     eo.cache_seq_count = 0;
   }
@@ -145,6 +148,27 @@ Status Scheduler::Load() {
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
   }
   SKIPPY_ASSIGN_OR_RETURN(cache_, ServingCache::Create(options_, *engine_));
+  std::string no_batching;
+  if (options_.lane_count < 2) {
+    no_batching = "one lane";
+  } else if (!options_.lane_batching) {
+    no_batching = "--no-lane-batching";
+  } else if (!engine_->CanDecodeSteps()) {
+    no_batching = "recurrent state cannot drop a pad row";
+  } else if (auto check = certify::CheckLaneBatching(*engine_, 0, 1); !check.ok()) {
+    no_batching = StrCat("the lane-batching check could not run: ", check.status().message());
+  } else {
+    lane_batching_json_["check"] = check->ToJson();
+    if (!check->pass) no_batching = "the lane-batching check failed: a lane's logits depend on the lanes beside it";
+  }
+  lane_batching_ = no_batching.empty();
+  lane_batching_json_["on"] = lane_batching_;
+  if (!lane_batching_) {
+    lane_batching_json_["reason"] = no_batching;
+    if (options_.lane_count >= 2 && options_.lane_batching) {
+      std::fprintf(stderr, "skippy-server: lanes decode one at a time: %s\n", no_batching.c_str());
+    }
+  }
   lanes_.resize(options_.lane_count);
   held_.resize(options_.lane_count);
   thread_ = std::thread([this] { Loop(); });
@@ -180,7 +204,10 @@ StatusOr<size_t> Scheduler::ClearCache(const std::optional<std::string>& ns) {
 
 nlohmann::json Scheduler::CacheStats() const {
   if (!ready_) return nlohmann::json::object();
-  return cache_->StatsJson();
+  nlohmann::json j = cache_->StatsJson();
+  j["lane_batching"] = lane_batching_json_;
+  j["lane_batching"]["steps_together"] = steps_together_.load();
+  return j;
 }
 
 Gauges Scheduler::gauges() const {
@@ -246,9 +273,16 @@ void Scheduler::Loop() {
       }
     }
     for (const Control& c : controls) c.done->set_value(cache_->Clear(c.tenant_namespace));
+    std::vector<int32_t> decoding;
     for (size_t i = 0; i < lanes_.size(); ++i) {
-      if (lanes_[i].job) Step(static_cast<int32_t>(i));
+      if (!lanes_[i].job) continue;
+      if (lane_batching_ && lanes_[i].phase == Phase::kGenerate) {
+        decoding.push_back(static_cast<int32_t>(i));
+      } else {
+        Step(static_cast<int32_t>(i));
+      }
     }
+    if (!decoding.empty()) GenerateTogether(decoding);
   }
 }
 
@@ -380,13 +414,13 @@ void Scheduler::RecordPromptEnd(int32_t id) {
   cache_->PutDecoded(lane.scope, prompt, lane.classes, lane.logits);
 }
 
-void Scheduler::Generate(int32_t id) {
+std::optional<Token> Scheduler::EmitToken(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   if (lane.generated >= job.max_tokens()) {
     RecordPromptEnd(id);
     FinishLane(id, "length", std::nullopt);
-    return;
+    return std::nullopt;
   }
   const Token tok = lane.sampler->Sample(lane.logits);
   if (lane.generated == 0) {
@@ -396,7 +430,7 @@ void Scheduler::Generate(int32_t id) {
   if (!job.request().ignore_eos && runtime::IsEndOfGeneration(engine_->model(), tok)) {
     RecordPromptEnd(id);
     FinishLane(id, "stop", std::nullopt);
-    return;
+    return std::nullopt;
   }
   auto piece = runtime::TokenPiece(engine_->model(), tok);
   bool stop_hit = false;
@@ -408,19 +442,55 @@ void Scheduler::Generate(int32_t id) {
   RecordPromptEnd(id);
   if (stop_hit) {
     FinishLane(id, "stop", std::nullopt);
-    return;
+    return std::nullopt;
   }
   if (lane.generated >= job.max_tokens() || lane.pos + 1 > options_.ctx_per_lane) {
     FinishLane(id, "length", std::nullopt);
-    return;
+    return std::nullopt;
   }
-  auto logits = engine_->Decode(id, std::span(&tok, 1), static_cast<int32_t>(lane.pos));
+  return tok;
+}
+
+void Scheduler::Generate(int32_t id) {
+  const std::optional<Token> tok = EmitToken(id);
+  if (!tok) return;
+  Lane& lane = lanes_[id];
+  auto logits = engine_->Decode(id, std::span(&*tok, 1), static_cast<int32_t>(lane.pos));
   if (!logits.ok()) {
     FinishLane(id, "", FromStatus(logits.status()));
     return;
   }
   lane.logits = std::move(*logits);
   ++lane.pos;
+}
+
+void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
+  std::vector<runtime::Engine::DecodeStepIn> steps;
+  std::vector<int32_t> stepping;
+  for (int32_t id : ids) {
+    Lane& lane = lanes_[id];
+    if (lane.job->cancelled()) {
+      metrics_.CountCancelled();
+      FinishLane(id, "", ApiError{499, "invalid_request_error", "cancelled", "the client went away"});
+      continue;
+    }
+    const std::optional<Token> tok = EmitToken(id);
+    if (!tok) continue;
+    steps.push_back({id, *tok, static_cast<int32_t>(lane.pos)});
+    stepping.push_back(id);
+  }
+  if (steps.empty()) return;
+  auto logits = engine_->DecodeStep(steps);
+  if (steps.size() >= 2) steps_together_.fetch_add(1);
+  for (size_t i = 0; i < stepping.size(); ++i) {
+    Lane& lane = lanes_[stepping[i]];
+    if (!logits.ok()) {
+      FinishLane(stepping[i], "", FromStatus(logits.status()));
+      continue;
+    }
+    lane.logits = std::move((*logits)[i]);
+    ++lane.pos;
+  }
 }
 
 void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiError> error) {

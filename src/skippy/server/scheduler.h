@@ -3,8 +3,11 @@
 // Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
 // engine thread is the only thread that touches the Engine and the ServingCache. It admits queued
 // jobs into free lanes and then round-robins the busy lanes one step at a time: a step is one
-// prefill chunk (ends at the plan's chunk boundaries) or one generated token. Lanes are never mixed
-// in one llama_decode batch, so a lane's numbers do not depend on what else runs (exactness).
+// prefill chunk (ends at the plan's chunk boundaries) or one generated token. A prefill chunk is
+// always a batch of its own lane. The generated tokens of all lanes that are decoding go into one
+// llama_decode (Engine::DecodeStep, a pad row per lane) when the model and build pass
+// certify::CheckLaneBatching at load, one lane at a time otherwise (one lane, recurrent and hybrid
+// models, --no-lane-batching); either way a lane's numbers do not depend on what else runs.
 //
 // Bounds. At most lane_count jobs run and queue_size wait; Submit refuses more with
 // ResourceExhausted (the HTTP layer answers 503 with Retry-After).
@@ -24,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +170,11 @@ class Scheduler {
   void StartJob(int32_t lane_id);
   void PrefillChunk(int32_t lane_id);
   void Generate(int32_t lane_id);
+  // Generate for every lane in `lane_ids` (all in Phase::kGenerate) with one Engine::DecodeStep.
+  void GenerateTogether(std::span<const int32_t> lane_ids);
+  // The part of a generate step before the decode: samples, streams the token, finishes the lane
+  // when it is done; returns the token to decode next, or nothing when the lane finished.
+  std::optional<runtime::Token> EmitToken(int32_t lane_id);
   // The records of the whole prompt (resident entry or the last KvRecurrent boundary, and the
   // decoded result), made after the first token is handed to the client so they stay off TTFT.
   void RecordPromptEnd(int32_t lane_id);
@@ -177,6 +186,9 @@ class Scheduler {
   std::unique_ptr<ServingCache> cache_;
   std::string model_name_;
   std::atomic<bool> ready_{false};
+  bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)
+  nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
+  std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

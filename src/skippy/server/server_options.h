@@ -20,6 +20,9 @@ struct ServerOptions {
   // startup batch-split check proves it or turns the cache off.
   uint32_t min_exact_batch = 0;
   uint32_t lane_count = 1;          // --runtime-lane-count
+  // Decode the generated tokens of all busy lanes in one batch (Scheduler, Engine::DecodeStep) when
+  // the startup lane-batching check passes; --no-lane-batching decodes them one lane at a time.
+  bool lane_batching = true;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
