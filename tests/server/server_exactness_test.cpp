@@ -257,12 +257,12 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOn) {
   for (const std::string family : {"llama", "gemma3", "qwen3next"}) ExpectChatMatchesNoCache(family);
 }
 
-// Lanes step together (Engine::DecodeStep): two requests generated at the same time on a two-lane
+// Lanes step together (--lane-batching, Engine::DecodeStep): two requests generated at the same time on a two-lane
 // server get the tokens and log-probabilities each gets alone, on a --no-cache server (no decoded
 // results to answer repeats) and on a cache-on one; a recurrent family decodes its lanes one at a
 // time and says why.
 TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) {
-  const std::vector<std::string> common = {"-c", "1024", "--runtime-lane-count", "2"};
+  const std::vector<std::string> common = {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"};
   std::vector<std::string> off_flags = common;
   off_flags.push_back("--no-cache");
   auto off = ServerProcess::Start("llama", off_flags, "lanes-off");
@@ -304,6 +304,9 @@ TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) {
   const json h = stats(*hybrid)["lane_batching"];
   EXPECT_FALSE(h.value("on", true)) << h.dump();
   EXPECT_NE(h.value("reason", "").find("recurrent"), std::string::npos) << h.dump();
+  auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "lanes-default");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(stats(*plain)["lane_batching"].value("on", true)) << "off unless asked for";
 }
 
 // n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).

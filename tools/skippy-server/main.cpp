@@ -53,10 +53,9 @@ int main(int argc, char** argv) {
                  "batch keeps 64+ rows, so a hit prefills at least 64 tokens (README, \"Exactness and batch size\")")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
-  bool no_lane_batching = false;
-  app.add_flag("--no-lane-batching", no_lane_batching,
-               "decode the lanes' generated tokens one lane at a time (default: in one batch when the startup "
-               "lane-batching check passes; either way a request's numbers do not depend on the other lanes)");
+  app.add_flag("--lane-batching", o.lane_batching,
+               "decode the lanes' generated tokens in one batch, each with a pad row so answers do not depend "
+               "on the other lanes (proved at startup; default: one lane at a time)");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -97,7 +96,6 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   o.cache_enabled = !no_cache;
-  o.lane_batching = !no_lane_batching;
   o.flash_attn = flash_attn == "on";
   // Every long batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
   // chunk must hold two of them; a tail record leaves at least a short batch (2 rows).

@@ -152,7 +152,7 @@ Status Scheduler::Load() {
   if (options_.lane_count < 2) {
     no_batching = "one lane";
   } else if (!options_.lane_batching) {
-    no_batching = "--no-lane-batching";
+    no_batching = "off (--lane-batching turns it on)";
   } else if (!engine_->CanDecodeSteps()) {
     no_batching = "recurrent state cannot drop a pad row";
   } else if (auto check = certify::CheckLaneBatching(*engine_, 0, 1); !check.ok()) {

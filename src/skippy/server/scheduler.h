@@ -6,8 +6,9 @@
 // prefill chunk (ends at the plan's chunk boundaries) or one generated token. A prefill chunk is
 // always a batch of its own lane. The generated tokens of all lanes that are decoding go into one
 // llama_decode (Engine::DecodeStep, a pad row per lane) when the model and build pass
-// certify::CheckLaneBatching at load, one lane at a time otherwise (one lane, recurrent and hybrid
-// models, --no-lane-batching); either way a lane's numbers do not depend on what else runs.
+// certify::CheckLaneBatching at load and --lane-batching asks for it, one lane at a time otherwise
+// (the default, one lane, recurrent and hybrid models); either way a lane's numbers do not depend
+// on what else runs.
 //
 // Bounds. At most lane_count jobs run and queue_size wait; Submit refuses more with
 // ResourceExhausted (the HTTP layer answers 503 with Retry-After).

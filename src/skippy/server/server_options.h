@@ -20,9 +20,11 @@ struct ServerOptions {
   // startup batch-split check proves it or turns the cache off.
   uint32_t min_exact_batch = 0;
   uint32_t lane_count = 1;          // --runtime-lane-count
-  // Decode the generated tokens of all busy lanes in one batch (Scheduler, Engine::DecodeStep) when
-  // the startup lane-batching check passes; --no-lane-batching decodes them one lane at a time.
-  bool lane_batching = true;
+  // --lane-batching: decode the generated tokens of all busy lanes in one batch (Scheduler,
+  // Engine::DecodeStep) when the startup lane-batching check passes. Off by default: its pad rows
+  // make a lone lane's decode ~1.7x slower per token on the bench zoo, for ~1.25x throughput at
+  // four busy lanes (README "Lanes").
+  bool lane_batching = false;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;

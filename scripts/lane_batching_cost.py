@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""What --lane-batching buys and costs: decode time with and without it, one client and four.
+
+    scripts/lane_batching_cost.py MODEL.gguf [REPEATS] [PORT]
+
+Starts build/bin/skippy-server on MODEL (2 threads, 2048-token context, four lanes) once with
+--lane-batching and once without, alternating REPEATS times, and each time sends one request and
+then four at once (short distinct prompts, 64 generated tokens, greedy, ignore_eos). Prints JSON
+lines: per run the wall time of each burst and each request's predicted_ms, then the medians of
+the per-token decode time (predicted_ms / 63) alone and of the four-client burst throughput
+(tokens/s). Lane batching pads every lane's decode with a row of its own (Engine::DecodeStep), so
+the lone-client number is the price and the four-client one the gain.
+"""
+import json, statistics, subprocess, sys, threading, time, urllib.request
+
+model = sys.argv[1]
+repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+port = int(sys.argv[3]) if len(sys.argv) > 3 else 18660
+N_PREDICT = 64
+
+
+def post(body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=600).read())
+
+
+def burst(clients, tag):
+    out = [None] * clients
+
+    def one(i):
+        out[i] = post({"prompt": f"Request {tag}-{i}: tell me about rivers, stones and harbors number {i}",
+                       "n_predict": N_PREDICT, "temperature": 0, "ignore_eos": True})
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0, [r["timings"]["predicted_ms"] for r in out]
+
+
+def run(batching, rep):
+    flags = ["--lane-batching"] if batching else []
+    server = subprocess.Popen(["build/bin/skippy-server", "-m", model, "--port", str(port), "-c", "2048", "-t", "2",
+                               "--parallel", "4", "--no-cache"] + flags,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except Exception:
+                time.sleep(0.1)
+        stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/cache/stats").read())
+        wall1, alone = burst(1, f"{rep}a")
+        wall4, four = burst(4, f"{rep}b")
+        stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/cache/stats").read())
+        return {"lane_batching": batching, "on": stats["lane_batching"]["on"],
+                "steps_together": stats["lane_batching"]["steps_together"], "alone_wall_s": wall1,
+                "alone_predicted_ms": alone[0], "four_wall_s": wall4, "four_predicted_ms": four,
+                "four_tokens_per_s": 4 * N_PREDICT / wall4}
+    finally:
+        server.terminate()
+        server.wait()
+
+
+runs = []
+for rep in range(repeats):
+    for batching in (False, True):
+        r = run(batching, rep)
+        runs.append(r)
+        print(json.dumps(r), flush=True)
+summary = {"model": model, "repeats": repeats, "n_predict": N_PREDICT}
+for batching in (False, True):
+    rs = [r for r in runs if r["lane_batching"] == batching]
+    key = "batched" if batching else "one_lane_at_a_time"
+    summary[key] = {"alone_ms_per_token": statistics.median(r["alone_predicted_ms"] / (N_PREDICT - 1) for r in rs),
+                    "four_clients_tokens_per_s": statistics.median(r["four_tokens_per_s"] for r in rs)}
+print(json.dumps(summary), flush=True)
