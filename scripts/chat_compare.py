@@ -14,7 +14,9 @@ messages). One generated token per request; latency is the client's request time
 per workload and server the latencies (ms) of every repeat, their median, and the ratio of
 llama-server's median to Skippy's (> 1: Skippy faster).
 """
-import json, random, statistics, subprocess, sys, time, urllib.request
+import json, random, statistics, sys, time, urllib.request
+
+from serverproc import start
 
 args = sys.argv[1:]
 extra = []
@@ -54,18 +56,6 @@ def workloads(seed):
         agent.append({"role": "user", "content": f"Result {s}: " + " ".join(sentence(rng, 10) for _ in range(5))})
     out["agent-loop"] = steps
     return out
-
-
-def start(cmd, p):
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(1200):
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{p}/health", timeout=1).status == 200:
-                return proc
-        except Exception:
-            time.sleep(0.1)
-    proc.terminate()
-    raise SystemExit(f"server on port {p} did not start: {cmd}")
 
 
 def chat(p, messages):

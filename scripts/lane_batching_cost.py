@@ -11,7 +11,9 @@ the per-token decode time (predicted_ms / 63) alone and of the four-client burst
 (tokens/s). Lane batching pads every lane's decode with a row of its own (Engine::DecodeStep), so
 the lone-client number is the price and the four-client one the gain.
 """
-import json, statistics, subprocess, sys, threading, time, urllib.request
+import json, statistics, sys, threading, time
+
+from serverproc import get, post, start, stop
 
 model = sys.argv[1]
 repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -19,18 +21,13 @@ port = int(sys.argv[3]) if len(sys.argv) > 3 else 18660
 N_PREDICT = 64
 
 
-def post(body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=600).read())
-
-
 def burst(clients, tag):
     out = [None] * clients
 
     def one(i):
-        out[i] = post({"prompt": f"Request {tag}-{i}: tell me about rivers, stones and harbors number {i}",
-                       "n_predict": N_PREDICT, "temperature": 0, "ignore_eos": True})
+        prompt = f"Request {tag}-{i}: tell me about rivers, stones and harbors number {i}"
+        out[i] = post(port, "/completion", {"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0,
+                                            "ignore_eos": True})
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
@@ -43,27 +40,18 @@ def burst(clients, tag):
 
 def run(batching, rep):
     flags = ["--lane-batching"] if batching else []
-    server = subprocess.Popen(["build/bin/skippy-server", "-m", model, "--port", str(port), "-c", "2048", "-t", "2",
-                               "--parallel", "4", "--no-cache"] + flags,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start(["build/bin/skippy-server", "-m", model, "--port", str(port), "-c", "2048", "-t", "2",
+                    "--parallel", "4", "--no-cache"] + flags, port)
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.1)
-        stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/cache/stats").read())
         wall1, alone = burst(1, f"{rep}a")
         wall4, four = burst(4, f"{rep}b")
-        stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/cache/stats").read())
+        stats = get(port, "/cache/stats")
         return {"lane_batching": batching, "on": stats["lane_batching"]["on"],
                 "steps_together": stats["lane_batching"]["steps_together"], "alone_wall_s": wall1,
                 "alone_predicted_ms": alone[0], "four_wall_s": wall4, "four_predicted_ms": four,
                 "four_tokens_per_s": 4 * N_PREDICT / wall4}
     finally:
-        server.terminate()
-        server.wait()
+        stop(server)
 
 
 runs = []

@@ -9,33 +9,21 @@ one is a miss), and prints JSON: each request's prompt_ms and in-prefill record_
 medians. Compare RECORDS 0 with the default (10) on the same machine, alternating runs: the
 difference is the extra prefill batches and state copies the records cost before the first token.
 """
-import json, statistics, subprocess, sys, time, urllib.request
+import json, statistics, sys
+
+from serverproc import post, start, stop
 
 model, records = sys.argv[1], int(sys.argv[2])
 prompts = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 port = int(sys.argv[4]) if len(sys.argv) > 4 else 18650
 
-
-def post(path, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=300).read())
-
-
-server = subprocess.Popen(["build/bin/skippy-server", "-m", model, "--port", str(port), "-c", "2048", "-t", "2",
-                           "--parallel", "1", "--cache-max-records", str(records)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+server = start(["build/bin/skippy-server", "-m", model, "--port", str(port), "-c", "2048", "-t", "2",
+                "--parallel", "1", "--cache-max-records", str(records)], port)
 try:
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            break
-        except Exception:
-            time.sleep(0.1)
     prompt_ms, record_ms, n = [], [], 0
     for s in range(prompts):
         text = f"Doc {s}: " + " ".join(f"w{(i * 7 + s * 13) % 211} x{s}" for i in range(330)) + "\nQ:"
-        r = post("/completion", {"prompt": text, "n_predict": 1, "temperature": 0})
+        r = post(port, "/completion", {"prompt": text, "n_predict": 1, "temperature": 0})
         prompt_ms.append(r["timings"]["prompt_ms"])
         record_ms.append(r["skippy"]["record_ms"])
         n = r["timings"]["prompt_n"]
@@ -43,5 +31,4 @@ try:
                       "record_ms": record_ms, "prompt_ms_median": statistics.median(prompt_ms),
                       "record_ms_median": statistics.median(record_ms)}))
 finally:
-    server.terminate()
-    server.wait()
+    stop(server)

@@ -39,19 +39,9 @@ std::unique_ptr<Engine> OpenServerLayout(std::string_view family, uint32_t lanes
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<Token> Tokens(const Engine& e, int32_t n) {
-  auto t = skippy::certify::BenchmarkTokens(e.model(), env::kPrompt, n);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *t : std::vector<Token>{};
-}
-
-bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-Token Argmax(const std::vector<float>& v) {
-  return static_cast<Token>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using env::Argmax;
+using env::SameBytes;
+using env::Tokens;
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;

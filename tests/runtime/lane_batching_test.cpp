@@ -25,19 +25,9 @@ std::unique_ptr<Engine> Open(const std::string& family, bool flash_attn, uint32_
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<Token> Tokens(const Engine& e, int32_t n) {
-  auto t = skippy::certify::BenchmarkTokens(e.model(), env::kPrompt, n);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *t : std::vector<Token>{};
-}
-
-bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-Token Argmax(const std::vector<float>& v) {
-  return static_cast<Token>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+using env::Argmax;
+using env::SameBytes;
+using env::Tokens;
 
 class LaneBatching : public ::testing::TestWithParam<std::string> {};
 

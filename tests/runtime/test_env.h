@@ -1,10 +1,17 @@
-// Paths the runtime tests use; compile definitions from the build, overridable by environment.
+// Paths and helpers the runtime tests share; paths are compile definitions from the build,
+// overridable by environment.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/engine.h"
 
@@ -35,5 +42,20 @@ inline std::string CorrectnessBin() { return SKIPPY_TEST_CORRECTNESS_BIN; }
 inline constexpr const char* kPrompt =
     "You are a careful assistant. Summarize the following design note in two sentences: the cache "
     "keeps attention state for shared prefixes and restores it exactly.";
+
+// kPrompt's tokens padded or cut to exactly n (certify::BenchmarkTokens); empty on failure.
+inline std::vector<runtime::Token> Tokens(const runtime::Engine& e, int32_t n) {
+  auto t = certify::BenchmarkTokens(e.model(), kPrompt, n);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : std::vector<runtime::Token>{};
+}
+
+inline bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+inline runtime::Token Argmax(const std::vector<float>& v) {
+  return static_cast<runtime::Token>(std::max_element(v.begin(), v.end()) - v.begin());
+}
 
 }  // namespace skippy::testing_env
