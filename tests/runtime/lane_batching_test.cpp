@@ -77,12 +77,14 @@ TEST(DecodeStep, AGreedyContinuationDoesNotDependOnTheOtherLanes) {
       alone[lane].push_back(std::move((*l)[0]));
     }
   }
-  // Together: lane 0 steps alone for 3 steps, lane 1 joins, lane 2 joins at step 6.
+  // Together: lane 1 steps alone, lane 0 joins at round 4, lane 2 at round 8; lane 1 leaves at
+  // round 12, so lanes 0 and 2 step without it (two ubatches: llama.cpp batches only consecutive
+  // sequence ids), then lane 2 alone.
   for (int32_t lane = 0; lane < 3; ++lane) prefill(lane);
-  const int start[3] = {0, 3, 6};
+  const int start[3] = {4, 0, 8};
   Token next[3] = {tokens[5], tokens[5], tokens[5]};
   int done[3] = {0, 0, 0};
-  for (int round = 0; round < kSteps + 6; ++round) {
+  for (int round = 0; round < kSteps + 8; ++round) {
     std::vector<Engine::DecodeStepIn> in;
     for (int32_t lane = 0; lane < 3; ++lane) {
       if (round >= start[lane] && done[lane] < kSteps) in.push_back({lane, next[lane], lens[lane] + done[lane]});
@@ -143,7 +145,20 @@ TEST(DecodeStep, RefusesBadStepsAndRecurrentModels) {
   ASSERT_TRUE(e->Clear(1).ok());
   ASSERT_TRUE(e->Prefill(1, Tokens(*e, cap - 1), 0).ok());
   EXPECT_EQ(code({{1, tokens[0], cap - 1}}), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(e->Truncate(1, cap - 2).ok());
+  EXPECT_TRUE(e->DecodeStep(std::vector<In>{{1, tokens[0], cap - 2}}).ok()) << "the last cell holds the pad";
+  EXPECT_EQ(e->SequenceLength(1), cap - 1);
   EXPECT_TRUE(e->DecodeStep(std::vector<In>{{0, tokens[0], 8}}).ok()) << "still usable";
+
+  // A lane's two rows must share a ubatch: three lanes need six rows.
+  auto o = env::ServerLayout("llama", false, 3, 3 * 256);
+  o.context.n_batch = o.context.n_ubatch = 4;
+  auto small = Engine::Open(o);
+  ASSERT_TRUE(small.ok()) << small.status();
+  for (int32_t lane = 0; lane < 3; ++lane) ASSERT_TRUE((*small)->Prefill(lane, std::span(tokens).first(4), 0).ok());
+  EXPECT_EQ((*small)->DecodeStep(std::vector<In>{{0, tokens[0], 4}, {1, tokens[0], 4}, {2, tokens[0], 4}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*small)->DecodeStep(std::vector<In>{{0, tokens[0], 4}, {1, tokens[0], 4}}).ok());
 
   for (const char* hybrid : {"qwen3next", "falcon-h1"}) {
     auto h = Open(hybrid, false, 2);

@@ -299,6 +299,11 @@ TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) {
     }
     EXPECT_GT(stats(*server)["lane_batching"].value("steps_together", 0), 0) << "the requests never overlapped";
   }
+  // A repeat on the cache-on server is a decoded-result hit: its first token needs no decode, the
+  // rest go through the same padded steps.
+  const json again = ask(*on, reqs[0]);
+  EXPECT_TRUE(again["skippy"].value("decoded_result_hit", false)) << again["skippy"].dump();
+  EXPECT_EQ(again["completion_probabilities"], alone[0]["completion_probabilities"]);
   auto hybrid = ServerProcess::Start("qwen3next", common, "lanes-hybrid");
   ASSERT_TRUE(hybrid);
   const json h = stats(*hybrid)["lane_batching"];

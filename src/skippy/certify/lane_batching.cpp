@@ -36,7 +36,7 @@ StatusOr<std::vector<std::vector<float>>> StepTwice(Engine& engine, std::span<co
 
 StatusOr<LaneBatchingReport> Run(Engine& engine, int32_t a, int32_t b) {
   const int32_t cap = engine.LaneCapacity();
-  // Lane b crosses one more 256-cell step than lane a where the context allows.
+  // Lane b's KV spans more 256-cell steps than lane a's (40 and 600 cells) where the context allows.
   const int32_t len_b = std::min<int32_t>(600, cap - 4);
   const int32_t len_a = std::max<int32_t>(2, std::min<int32_t>(40, len_b / 4));
   SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> tokens,

@@ -9,8 +9,8 @@
 // row takes another vocabulary-projection kernel than two. Two rows per lane, both output
 // (Engine::DecodeStep's pad row), do. Other builds may differ, hence the check.
 //
-// Method: lane a holds a short prompt, lane b a long one (their KV lengths fall in different
-// 256-cell steps where the context allows). Each lane steps alone, then both step together, then
+// Method: lane a holds a short prompt, lane b a long one (40 and 600 tokens where the context
+// allows: their KV lengths fall in different 256-cell steps). Each lane steps alone, then both step together, then
 // together again one token further; pass: each lane's logits are byte-identical alone and together
 // at both steps. The lanes are cleared before and after.
 //

@@ -123,6 +123,12 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
     return absl::FailedPreconditionError("a recurrent or hybrid model cannot decode lanes with pad rows");
   }
   if (steps.empty()) return absl::InvalidArgumentError("no lanes to step");
+  // Both rows of a lane must land in one ubatch (llama.cpp's equal split takes as many rows from
+  // every lane), or the real row is computed alone after all.
+  const uint32_t n_ubatch = context_->options().n_ubatch;
+  if (2 * steps.size() > n_ubatch) {
+    return absl::InvalidArgumentError(StrCat(steps.size(), " lanes need ", 2 * steps.size(), " rows, more than the ubatch of ", n_ubatch));
+  }
   std::vector<Context::Row> rows;
   rows.reserve(2 * steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {

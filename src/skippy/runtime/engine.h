@@ -119,8 +119,10 @@ class Engine {
   // So a lane's logits are the same alone or with any other lanes, but they are not those of
   // Decode (one row): a server uses one or the other for every generated token.
   // Returns the logits per step, in order; each lane then holds pos + 1 tokens.
-  // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + 2 <= the lane's cells
-  // (InvalidArgument otherwise). FailedPrecondition for recurrent and hybrid models, whose state
+  // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + 2 <= LaneCapacity(), 2 rows per
+  // lane within n_ubatch (InvalidArgument otherwise). With one KV stream for all lanes
+  // (kv_unified) the lanes' cells interleave, so a lane's numbers may still move with the traffic;
+  // skippy-server does not batch lanes then. FailedPrecondition for recurrent and hybrid models, whose state
   // cannot drop the pad row (CanDecodeSteps). On a llama.cpp failure every lane is cut back to pos.
   struct DecodeStepIn {
     int32_t lane = 0;
@@ -129,7 +131,8 @@ class Engine {
   };
   StatusOr<std::vector<std::vector<float>>> DecodeStep(std::span<const DecodeStepIn> steps);
   bool CanDecodeSteps() const { return !model_->is_recurrent() && !model_->is_hybrid(); }
-  // Cells one lane can hold.
+  // Cells one lane can hold (llama_n_ctx_seq): its own stream's, or with kv_unified the shared
+  // stream's, which the other sequences also use.
   int32_t LaneCapacity() const;
 
   // ResidentKv: keeps the first n_tokens of `lane` resident in cache sequence `cache_seq`

@@ -124,8 +124,11 @@ Status Scheduler::Load() {
   eo.min_exact_batch = options_.min_exact_batch;
   eo.lane_count = options_.lane_count;
   eo.context.kv_unified = options_.kv_unified;
-  // A lane stepping with others writes a pad row after its last token (Engine::DecodeStep).
-  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching ? 1 : 0;
+  // A lane stepping with others writes a pad row after its last token (Engine::DecodeStep). llama.cpp
+  // rounds a lane's cells up to a multiple of 256, so with -c a multiple of 256 this costs 256
+  // cells per lane (also for recurrent models, which then decode one lane at a time: the model is
+  // not known before the context is made).
+  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching && !options_.kv_unified ? 1 : 0;
   if (options_.kv_unified) {
     // One stream: lanes * per-lane context + cells for resident cache entries. Sliding-window
     // models get a full-size SWA cache: resident entries recorded mid-prefill pin the window cells
@@ -153,6 +156,11 @@ Status Scheduler::Load() {
     no_batching = "one lane";
   } else if (!options_.lane_batching) {
     no_batching = "off (--lane-batching turns it on)";
+  } else if (options_.kv_unified) {
+    no_batching = "--kv-unified: the lanes share one KV stream, so their cells interleave with the traffic";
+  } else if (2 * options_.lane_count > engine_->context().options().n_ubatch) {
+    no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", 2 * options_.lane_count,
+                         " rows, more than the batch of ", engine_->context().options().n_ubatch);
   } else if (!engine_->CanDecodeSteps()) {
     no_batching = "recurrent state cannot drop a pad row";
   } else if (auto check = certify::CheckLaneBatching(*engine_, 0, 1); !check.ok()) {
@@ -452,6 +460,12 @@ std::optional<Token> Scheduler::EmitToken(int32_t id) {
 }
 
 void Scheduler::Generate(int32_t id) {
+  // Every generated token of a lane-batching server goes through DecodeStep, alone or not (also a
+  // decoded-result hit's, which StartJob generates at once).
+  if (lane_batching_) {
+    GenerateTogether(std::span(&id, 1));
+    return;
+  }
   const std::optional<Token> tok = EmitToken(id);
   if (!tok) return;
   Lane& lane = lanes_[id];
@@ -481,7 +495,7 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   }
   if (steps.empty()) return;
   auto logits = engine_->DecodeStep(steps);
-  if (steps.size() >= 2) steps_together_.fetch_add(1);
+  if (logits.ok() && steps.size() >= 2) steps_together_.fetch_add(1);
   for (size_t i = 0; i < stepping.size(); ++i) {
     Lane& lane = lanes_[stepping[i]];
     if (!logits.ok()) {

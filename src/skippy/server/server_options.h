@@ -22,8 +22,8 @@ struct ServerOptions {
   uint32_t lane_count = 1;          // --runtime-lane-count
   // --lane-batching: decode the generated tokens of all busy lanes in one batch (Scheduler,
   // Engine::DecodeStep) when the startup lane-batching check passes. Off by default: its pad rows
-  // make a lone lane's decode ~1.7x slower per token on the bench zoo, for ~1.25x throughput at
-  // four busy lanes (README "Lanes").
+  // make a lone lane's decode 1.4x-1.6x slower per token on the bench zoo, for 1.3x-1.6x
+  // throughput at four busy lanes (README "Lanes").
   bool lane_batching = false;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
