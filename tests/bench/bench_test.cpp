@@ -290,15 +290,53 @@ TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {
               {"summary", {row("skippy", 20.0, 900), row("llama-default", 40.0, 800), row("llama-matched", 50.0, 0),
                            // a workload without all three servers gets no head-to-head row
                            json{{"family", "llama"}, {"workload", "agent-loop"}, {"server", "skippy"}, {"ttft_p50_ms", 9.0}}}}};
-  doc["summary"][0]["agreement"] = "6/6";
+  doc["summary"][0]["agreement"] = "3/6";
+  doc["summary"][0]["disagreements"] = {{{"near_tie", true}}, {{"near_tie", false}}, {{"withheld_tail", true}}};
   std::ofstream(dir / "serve-compare.json") << doc.dump();
   ASSERT_TRUE(bench::RenderServeCompare(dir.string()).ok());
   std::ifstream in(dir / "serve-compare.md");
   const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(md.find("| llama | shared-prefix | 20.0 | 40.0 | 50.0 | 2.00x | 900 / 800 | 6/6 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| llama | shared-prefix | 20.0 | 40.0 | 50.0 | 2.00x | 900 / 800 | 3/6 (1 same tokens as far as llama-server "
+                    "sent them, 1 of 2 near-ties) |"), std::string::npos) << md;
   EXPECT_EQ(md.find("| llama | agent-loop | 9.0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("Synthetic-weight"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// Where two greedy completions part and how close each server's logits were there.
+TEST(ServeCompareDivergence, FindsThePositionAndBothGaps) {
+  auto tok = [](int id, double lp, std::vector<std::pair<int, double>> top) {
+    json t = json::array();
+    for (auto [i, l] : top) t.push_back({{"id", i}, {"logprob", l}});
+    return json{{"id", id}, {"logprob", lp}, {"top_logprobs", t}};
+  };
+  const json same = tok(7, -0.1, {{7, -0.1}, {8, -3.0}});
+  // A near-tie: at position 1, a chose 5 over 6 by 0.02 nats, b chose 6 over 5 by 0.03.
+  json a = {same, tok(5, -0.70, {{5, -0.70}, {6, -0.72}})};
+  json b = {same, tok(6, -0.69, {{6, -0.69}, {5, -0.72}}), tok(9, -0.1, {{9, -0.1}})};
+  json d = bench::DivergenceOf(a, b);
+  EXPECT_EQ(d["position"], 1);
+  EXPECT_EQ(d["a"]["token"], 5);
+  EXPECT_NEAR(d["a"]["gap"].get<double>(), 0.02, 1e-9);
+  EXPECT_NEAR(d["b"]["gap"].get<double>(), 0.03, 1e-9);
+  EXPECT_TRUE(d["near_tie"]);
+  // A clear preference on one side is not a near-tie.
+  b[1] = tok(6, -0.1, {{6, -0.1}, {5, -2.5}});
+  EXPECT_FALSE(bench::DivergenceOf(a, b)["near_tie"]);
+  // The other side's token outside this side's top list: gap unknown, no near-tie claimed.
+  b[1] = tok(6, -0.69, {{6, -0.69}, {5, -0.72}});
+  a[1] = tok(5, -0.70, {{5, -0.70}, {4, -0.9}});
+  d = bench::DivergenceOf(a, b);
+  EXPECT_TRUE(d["a"]["gap"].is_null());
+  EXPECT_FALSE(d["near_tie"]);
+  // One side stopped (its list ends) where the other went on.
+  d = bench::DivergenceOf(json::array({same}), json::array({same, tok(9, -0.1, {{9, -0.1}})}));
+  EXPECT_EQ(d["position"], 1);
+  EXPECT_TRUE(d["a"].is_null());
+  EXPECT_EQ(d["b"]["token"], 9);
+  EXPECT_FALSE(d["near_tie"]);
+  EXPECT_EQ(bench::DivergenceOf(json::array({same}), json::array({same}))["position"], -1);
+  EXPECT_EQ(bench::DivergenceOf(json::array(), json::array())["position"], -1);
 }
 
 TEST(BenchCli, BadArgumentsExitWithCodeTwo) {

@@ -130,6 +130,21 @@ TEST_F(ServerHttp, HealthModelsAndLlamaCompletion) {
     EXPECT_GT(mass, 0.0);
   }
 
+  // Streamed, the same log-probabilities arrive with their tokens, event by event (llama-server's shape).
+  probs_req["stream"] = true;
+  auto rs = c->Post("/completion", probs_req.dump(), "application/json");
+  ASSERT_TRUE(rs);
+  ASSERT_EQ(rs->status, 200) << rs->body;
+  json streamed = json::array(), streamed_tokens = json::array();
+  for (const std::string& d : SseData(rs->body)) {
+    const json e = json::parse(d);
+    if (e.value("stop", false)) continue;
+    for (const json& t : e.value("completion_probabilities", json::array())) streamed.push_back(t);
+    for (const json& t : e.value("tokens", json::array())) streamed_tokens.push_back(t);
+  }
+  EXPECT_EQ(streamed, rp["completion_probabilities"]);
+  EXPECT_EQ(streamed_tokens, rp["tokens"]);
+
   // Seeded sampling repeats exactly too.
   json seeded = {{"prompt", Long("Seeded sampling is reproducible.")}, {"n_predict", 6}, {"temperature", 0.9},
                  {"seed", 1234}, {"ignore_eos", true}, {"return_tokens", true}};
@@ -350,7 +365,6 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"apply-template without messages", "/apply-template", R"({"prompt":"x"})", 400},
       {"apply-template non-string type", "/apply-template",
        R"({"messages":[{"role":"user","content":[{"type":[],"text":"x"}]}]})", 400},
-      {"n_probs with stream", "/completion", R"({"prompt":"x","n_probs":2,"stream":true})", 400},
       {"n_probs on openai", "/v1/completions", R"({"prompt":"x","n_probs":2})", 400},
       {"empty prompt", "/completion", R"({"prompt":""})", 400},
       {"oversized body", "/completion", "{\"prompt\":\"" + big + "\"}", 413},

@@ -78,11 +78,12 @@ StatusOr<ModelServer> ModelServer::Start(const ModelServerOptions& o) {
   return last;
 }
 
-CompletionRun ModelServer::Complete(const std::string& prompt, int n_predict) const {
+CompletionRun ModelServer::Complete(const std::string& prompt, int n_predict, int n_probs) const {
   CompletionRun run;
   httplib::Client client("127.0.0.1", port_);
   client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
-  const json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true}};
+  json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true}};
+  if (n_probs > 0) body["n_probs"] = n_probs;
   const auto t0 = Clock::now();
   auto res = client.Post("/completion", body.dump(), "application/json");
   run.client_ms = MsSince(t0);
@@ -101,15 +102,22 @@ CompletionRun ModelServer::Complete(const std::string& prompt, int n_predict) co
   run.tokens_cached = j.value("tokens_cached", -1);
   run.tokens_evaluated = j.value("tokens_evaluated", -1);
   run.content = j.value("content", std::string());
+  if (j.contains("completion_probabilities") && j["completion_probabilities"].is_array()) {
+    run.probabilities = j["completion_probabilities"];
+  }
   return run;
 }
 
-StreamRun ModelServer::StreamComplete(const std::string& prompt, int n_predict) const {
+StreamRun ModelServer::StreamComplete(const std::string& prompt, int n_predict, int n_probs) const {
   StreamRun run;
   httplib::Client client("127.0.0.1", port_);
   client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
-  const json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true},
-                     {"stream", true}};
+  json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true},
+               {"stream", true}};
+  if (n_probs > 0) {
+    body["n_probs"] = n_probs;
+    body["return_tokens"] = true;
+  }
   const auto t0 = Clock::now();
   std::string buffer;
   bool first = true;
@@ -128,6 +136,15 @@ StreamRun ModelServer::StreamComplete(const std::string& prompt, int n_predict) 
       json j = json::parse(event.substr(6), nullptr, false);
       if (j.is_discarded()) continue;
       if (j.contains("timings") && j["timings"].is_object()) run.timings = j["timings"];
+      if (j.contains("error")) run.error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
+      if (j.value("stop", false)) {
+        run.tokens_predicted = j.value("tokens_predicted", -1);
+        run.stop_type = j.value("stop_type", std::string());
+      }
+      if (n_probs > 0 && !j.value("stop", false)) {
+        for (const json& t : j.value("tokens", json::array())) run.token_ids.push_back(t.get<int64_t>());
+        for (const json& p : j.value("completion_probabilities", json::array())) run.probabilities.push_back(p);
+      }
       if (j.contains("content") && !j.value("stop", false)) {
         if (first) {
           run.ttft_ms = MsSince(t0);

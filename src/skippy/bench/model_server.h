@@ -48,6 +48,9 @@ struct CompletionRun {
   int tokens_evaluated = -1;
   std::string content;
   std::string error;
+  // With n_probs > 0: llama-server's completion_probabilities (per generated token: id, token,
+  // logprob, top_logprobs [{id, token, logprob}]), as both servers send it.
+  nlohmann::json probabilities = nlohmann::json::array();
 };
 
 struct StreamRun {
@@ -59,6 +62,14 @@ struct StreamRun {
   int tokens = 0;
   double tpot_ms = 0;        // (total - ttft) / (tokens - 1)
   std::string error;
+  // With n_probs > 0 (and return_tokens): the generated token ids and the events'
+  // completion_probabilities, concatenated.
+  std::vector<int64_t> token_ids;
+  nlohmann::json probabilities = nlohmann::json::array();
+  // From the final event: tokens generated (llama-server streams a token only with text, so ids
+  // of a tail that is not valid UTF-8 never arrive) and why generation stopped.
+  int tokens_predicted = -1;
+  std::string stop_type;
 };
 
 // Options for a server under comparison with the settings every comparison matches across servers
@@ -95,10 +106,12 @@ class ModelServer {
   std::vector<std::string> argv() const { return argv_; }
   const std::string& log_path() const { return process_.log_path(); }
 
-  // POST /completion {prompt, n_predict, temperature 0, cache_prompt true}; never throws.
-  CompletionRun Complete(const std::string& prompt, int n_predict) const;
-  // Same with stream: true; TTFT is the first server-sent event that carries content.
-  StreamRun StreamComplete(const std::string& prompt, int n_predict) const;
+  // POST /completion {prompt, n_predict, temperature 0, cache_prompt true, n_probs if > 0}; never
+  // throws.
+  CompletionRun Complete(const std::string& prompt, int n_predict, int n_probs = 0) const;
+  // Same with stream: true; TTFT is the first server-sent event that carries content. n_probs > 0
+  // also asks for token ids and log-probabilities (StreamRun::token_ids, probabilities).
+  StreamRun StreamComplete(const std::string& prompt, int n_predict, int n_probs = 0) const;
   int Stop() { return process_.Stop(); }
 
  private:

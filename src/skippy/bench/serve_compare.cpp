@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "skippy/bench/chart.h"
 #include "skippy/bench/model_server.h"
@@ -65,6 +66,26 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, double slo_ms)
           {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
 }
 
+// "agree/total", and for Skippy's disagreements how many were near-ties (DivergenceOf).
+std::string AgreementCell(const json& r) {
+  if (!r.contains("agreement")) return "-";
+  std::string cell = r["agreement"].get<std::string>();
+  if (const json& d = r.value("disagreements", json::array()); d.is_array() && !d.empty()) {
+    size_t ties = 0, same = 0;
+    for (const json& e : d) {
+      const bool same_tokens = e.value("same_tokens", false) || e.value("withheld_tail", false);
+      same += same_tokens ? 1 : 0;
+      ties += !same_tokens && e.value("near_tie", false) ? 1 : 0;
+    }
+    cell += " (";
+    if (same > 0) cell += StrCat(same, " same tokens as far as llama-server sent them");
+    if (same > 0 && ties > 0) cell += ", ";
+    if (ties > 0 || same == 0) cell += StrCat(ties, " of ", d.size() - same, " near-ties");
+    cell += ")";
+  }
+  return cell;
+}
+
 // Skippy against both llama-server runs, one row per (family, workload) that has all three.
 std::string HeadToHead(const json& doc) {
   std::map<std::pair<std::string, std::string>, std::map<std::string, const json*>> rows;
@@ -91,7 +112,7 @@ std::string HeadToHead(const json& doc) {
                  fmt::format("{:.1f}", ld.value("ttft_p50_ms", 0.0)), " | ", fmt::format("{:.1f}", lm.value("ttft_p50_ms", 0.0)),
                  " | ", s > 0 ? fmt::format("{:.2f}x", best / s) : std::string("-"), " | ",
                  sk.value("prompt_tokens_reused", int64_t{0}), " / ", ld.value("prompt_tokens_reused", int64_t{0}), " | ",
-                 sk.contains("agreement") ? sk["agreement"].get<std::string>() : "-", " |\n");
+                 AgreementCell(sk), " |\n");
     ++shown;
   }
   return shown > 0 ? md : std::string();
@@ -102,7 +123,13 @@ std::string Markdown(const json& doc) {
                           doc.value("synthetic_weights", true) ? "Synthetic-weight models (skippy-zoo); speed only, not quality.\n\n" : "",
                           "TTFT and end-to-end latency are measured at the client (same C++ client, streamed /completion). "
                           "Medians over repeats of each run's p50. \"vs faster llama-server\" is the faster llama-server "
-                          "TTFT p50 divided by Skippy's (above 1x: Skippy is faster).\n\n");
+                          "TTFT p50 divided by Skippy's (above 1x: Skippy is faster). \"outputs agree\": greedy texts equal to "
+                          "llama-matched's; where Skippy's differ, both servers replay the workload with token ids and n_probs: "
+                          "\"same tokens as far as llama-server sent them\" counts requests where every token id llama-server "
+                          "streamed is Skippy's and it then stopped sending (on random weights: text that is not valid UTF-8, "
+                          "which llama-server holds back and at the end answers with an error event; skippy-server sends "
+                          "U+FFFD), a near-tie one whose first differing tokens were within 0.1 nats of "
+                          "each other on both servers (serve-compare.json \"disagreements\").\n\n");
   if (const json& st = doc.value("settings", json::object()); st.contains("flash_attn")) {
     md += StrCat("Settings: ", st.value("lanes", 0), " lane(s) = slot(s), ", st.value("threads", 0), " threads, ctx ",
                  st.value("ctx_size", 0), " per request, batch ", st.value("batch_size", 0), "; flash attention ",
@@ -119,7 +146,7 @@ std::string Markdown(const json& doc) {
                  " | ", fmt::format("{:.1f}", r.value("e2e_p50_ms", 0.0)), " | ", r.value("prompt_tokens_reused", int64_t{0}),
                  " / ", r.value("prompt_tokens_recomputed", int64_t{0}), " | ", fmt::format("{:.2f}", r.value("goodput_rps", 0.0)),
                  " | ", fmt::format("{:.0f}", r.value("peak_rss_bytes", uint64_t{0}) / 1048576.0), " | ",
-                 r.contains("agreement") ? r["agreement"].get<std::string>() : "-", " |\n");
+                 AgreementCell(r), " |\n");
   }
   for (const auto& c : doc.value("charts", json::array())) md += StrCat("\n![", c.get<std::string>(), "](", c.get<std::string>(), ")\n");
   if (!doc["concurrency_sweep"].empty()) {
@@ -138,6 +165,53 @@ std::string Markdown(const json& doc) {
   return md;
 }
 
+// Greedy runs whose texts differ: where they part, and by how much each server's logits preferred
+// its own token there (see DivergenceOf in serve_compare.h).
+json ExplainDisagreements(const ServeCompareOptions& o, const std::string& key, const std::string& model,
+                          const Workload& w, const std::string& server, const std::vector<size_t>& differing,
+                          const std::map<std::string, std::vector<std::string>>& texts, const fs::path& work) {
+  std::map<std::string, std::vector<StreamRun>> replay;
+  for (const std::string& name : {server, std::string("llama-matched")}) {
+    auto so = ServerOptions(o, name, model, work / StrCat(key, "-", w.name, "-", name, "-probe.log"));
+    if (!so.ok()) return {{"error", std::string(so.status().message())}};
+    auto srv = ModelServer::Start(*so);
+    if (!srv.ok()) return {{"error", std::string(srv.status().message())}};
+    // The whole workload again, in order, so each server's cache holds what it held in the timed run.
+    // Streamed, as in the timed runs (llama-server refuses some random-weight outputs unstreamed).
+    for (const WorkloadRequest& req : w.requests) {
+      replay[name].push_back(srv->StreamComplete(req.prompt, req.n_predict, kProbeTopN));
+    }
+    srv->Stop();
+  }
+  json out = json::array();
+  for (size_t i : differing) {
+    const StreamRun& a = replay[server][i];
+    const StreamRun& b = replay["llama-matched"][i];
+    json d = DivergenceOf(a.probabilities, b.probabilities);
+    d["request"] = i;
+    d["stream"] = w.requests[i].stream;
+    // Texts can differ over the same tokens: llama-server streams a token only with its text, and
+    // holds back a tail that is not valid UTF-8 for good, where skippy-server sends U+FFFD.
+    d["same_tokens"] = !a.token_ids.empty() && a.token_ids == b.token_ids;
+    const bool b_prefix = b.token_ids.size() <= a.token_ids.size() &&
+                          std::equal(b.token_ids.begin(), b.token_ids.end(), a.token_ids.begin());
+    // llama-server stopped sending tokens (an error event, or held-back text) but every token it sent
+    // is Skippy's.
+    d["withheld_tail"] = !d["same_tokens"].get<bool>() && b_prefix &&
+                         (!b.error.empty() || (b.stop_type == a.stop_type &&
+                                               b.tokens_predicted == static_cast<int>(a.token_ids.size())));
+    d["errors"] = {a.error, b.error};
+    d["tokens_reported"] = {a.token_ids.size(), b.token_ids.size()};
+    d["tokens_predicted"] = {a.tokens_predicted, b.tokens_predicted};
+    d["stop_type"] = {a.stop_type, b.stop_type};
+    d["texts"] = {a.content, b.content};
+    // The probe replays the timed run; say so when it did not give the same texts.
+    d["reproduced"] = a.content == texts.at(server)[i] && b.content == texts.at("llama-matched")[i];
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 }  // namespace
 
 Status RenderServeCompare(const std::string& output_dir) {
@@ -151,6 +225,36 @@ Status RenderServeCompare(const std::string& output_dir) {
   }
   std::ofstream(fs::path(output_dir) / "serve-compare.md") << Markdown(doc);
   return absl::OkStatus();
+}
+
+json DivergenceOf(const json& a, const json& b) {
+  auto id_at = [](const json& probs, size_t k) -> std::optional<int64_t> {
+    if (!probs.is_array() || k >= probs.size() || !probs[k].contains("id")) return std::nullopt;
+    return probs[k]["id"].get<int64_t>();
+  };
+  size_t k = 0;
+  while (id_at(a, k) && id_at(b, k) && *id_at(a, k) == *id_at(b, k)) ++k;
+  json d = {{"position", -1}, {"a", nullptr}, {"b", nullptr}, {"near_tie", false}};
+  const auto ta = id_at(a, k), tb = id_at(b, k);
+  if (!ta && !tb) return d;  // the same tokens throughout
+  d["position"] = k;
+  // This side's chosen token and its log-probability margin over the other side's choice.
+  auto side = [&](const json& probs, int64_t own, std::optional<int64_t> other) {
+    json e = {{"token", own}, {"gap", nullptr}};
+    const json& entry = probs[k];
+    if (!other || !entry.contains("logprob")) return e;
+    for (const json& t : entry.value("top_logprobs", json::array())) {
+      if (t.value("id", int64_t{-1}) == *other && t.contains("logprob")) {
+        e["gap"] = entry["logprob"].get<double>() - t["logprob"].get<double>();
+      }
+    }
+    return e;
+  };
+  if (ta) d["a"] = side(a, *ta, tb);
+  if (tb) d["b"] = side(b, *tb, ta);
+  d["near_tie"] = ta && tb && d["a"]["gap"].is_number() && d["b"]["gap"].is_number() &&
+                  d["a"]["gap"].get<double>() < kNearTieNats && d["b"]["gap"].get<double>() < kNearTieNats;
+  return d;
 }
 
 StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
@@ -285,8 +389,20 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           const auto& a = texts[server];
           const auto& b = texts["llama-matched"];
           size_t same = 0;
-          for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) same += a[i] == b[i];
+          std::vector<size_t> differing;
+          for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+            if (a[i] == b[i]) {
+              ++same;
+            } else {
+              differing.push_back(i);
+            }
+          }
           s["agreement"] = StrCat(same, "/", std::min(a.size(), b.size()));
+          if (server == "skippy" && !differing.empty()) {
+            std::fprintf(stderr, "[serve-compare] %s %s: %zu outputs differ from llama-matched; replaying with n_probs\n",
+                         key.c_str(), w.name.c_str(), differing.size());
+            s["disagreements"] = ExplainDisagreements(o, key, model, w, server, differing, texts, out / "work");
+          }
         }
         doc["summary"].push_back(s);
       }

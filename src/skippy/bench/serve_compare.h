@@ -47,7 +47,25 @@ struct ServeCompareOptions {
   int request_timeout_secs = 300;
 };
 
+// When Skippy's greedy text for a request differs from llama-matched's, the workload is replayed on
+// both (untimed, streamed with token ids and n_probs kProbeTopN) and each differing request gets
+// DivergenceOf plus "same_tokens" (equal token ids: only the text rendering differs),
+// "withheld_tail" (llama-matched's ids are a prefix of Skippy's and it then stopped sending: an
+// error event, or as many tokens generated with the same stop; llama-server never streams a tail
+// that is not valid UTF-8), "errors" and "reproduced" (the replay gave the timed run's texts) in
+// the summary's "disagreements".
 StatusOr<nlohmann::json> RunServeCompare(const ServeCompareOptions& options);
+
+inline constexpr int kProbeTopN = 5;
+// Two servers' greedy completions (llama-server's completion_probabilities, which both send) part at
+// "position", the first generated token where their ids differ or one list ends (-1: never). For
+// each side with a token there ("a", "b"): its token id and "gap", its log-probability minus that
+// of the other side's token in its own top list (null when that token is not in the list; 0 or
+// below is impossible for a greedy choice). "near_tie": both gaps known and below
+// kNearTieNats -- the two servers' logits ranked two almost equal tokens apart, as last-bit
+// differences (other batch splits) can.
+inline constexpr double kNearTieNats = 0.1;
+nlohmann::json DivergenceOf(const nlohmann::json& a, const nlohmann::json& b);
 // Rewrites <output_dir>/serve-compare.md from <output_dir>/serve-compare.json (no servers run).
 // NotFound without the JSON, InvalidArgument if it is not a serve-compare result.
 [[nodiscard]] Status RenderServeCompare(const std::string& output_dir);

@@ -380,16 +380,19 @@ void HttpServer::Routes() {
     res.set_chunked_content_provider(
         "text/event-stream",
         [job, state, endpoint, id, created, model, n_prompt, hold, include_usage = request.include_usage,
-         return_tokens = request.return_tokens](size_t, httplib::DataSink& sink) {
+         return_tokens = request.return_tokens, n_probs = request.n_probs](size_t, httplib::DataSink& sink) {
           auto event = [&](const json& j) {
             const std::string line = StrCat("data: ", Dump(j), "\n\n");
             return sink.write(line.data(), line.size());
           };
+          // probs: the new tokens' log-probabilities (/completion with n_probs, as llama-server streams them).
           auto chunk = [&](const std::string& text, const std::vector<runtime::Token>& toks,
-                           const std::optional<std::string>& finish) -> json {
+                           const std::optional<std::string>& finish,
+                           const std::vector<TokenLogprobs>& probs = {}) -> json {
             if (endpoint == Endpoint::kLlamaCompletion) {
               json j = {{"content", text}, {"stop", false}};
               if (return_tokens) j["tokens"] = toks;
+              if (n_probs > 0) j["completion_probabilities"] = LogprobsJson(probs);
               return j;
             }
             json fr = finish ? json(*finish) : json(nullptr);
@@ -435,8 +438,12 @@ void HttpServer::Routes() {
               std::vector<runtime::Token> toks(v.tokens.begin() + static_cast<long>(std::min(state->sent_tokens, v.tokens.size())),
                                                v.tokens.end());
               const std::string text = v.text.substr(state->sent_bytes, upto - state->sent_bytes);
-              if (!text.empty() || (return_tokens && !toks.empty())) {
-                if (!event(chunk(text, toks, std::nullopt))) {
+              std::vector<TokenLogprobs> probs;
+              if (n_probs > 0 && v.logprobs.size() > state->sent_tokens) {
+                probs.assign(v.logprobs.begin() + static_cast<long>(state->sent_tokens), v.logprobs.end());
+              }
+              if (!text.empty() || ((return_tokens || n_probs > 0) && !toks.empty())) {
+                if (!event(chunk(text, toks, std::nullopt, probs))) {
                   job->Cancel();
                   return false;
                 }

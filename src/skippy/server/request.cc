@@ -242,7 +242,6 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
       return absl::InvalidArgumentError(
           StrCat("field 'n_probs' must be in [0, ", GenerationRequest::kMaxProbs, "], got ", *n_probs));
     }
-    if (*n_probs > 0 && r.stream) return absl::InvalidArgumentError("unsupported: 'n_probs' with 'stream'");
     r.n_probs = static_cast<int32_t>(*n_probs);
   }
   SKIPPY_ASSIGN_OR_RETURN(auto cache_prompt, GetBool(body, "cache_prompt"));
