@@ -204,21 +204,14 @@ Status Context::Prefill(std::span<const Token> tokens, int32_t pos0, int32_t seq
 
 uint32_t Context::SequenceCapacity() const { return llama_n_ctx_seq(ctx_); }
 
-StatusOr<std::vector<std::vector<float>>> Context::DecodeRows(std::span<const Row> rows) {
-  if (rows.empty()) return absl::InvalidArgumentError("nothing to decode: no rows");
-  if (rows.size() > llama_n_batch(ctx_)) {
-    return absl::InvalidArgumentError(StrCat(rows.size(), " rows exceed the batch of ", llama_n_batch(ctx_)));
+Status Context::CheckSeq(int32_t seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq_max) {
+    return absl::InvalidArgumentError(StrCat("sequence id ", seq, " outside [0, ", options_.n_seq_max, ")"));
   }
-  const uint32_t capacity = SequenceCapacity();
-  for (const Row& r : rows) {
-    SKIPPY_RETURN_IF_ERROR(model_.ValidateTokens(std::span(&r.token, 1)));
-    if (r.seq < 0 || static_cast<uint32_t>(r.seq) >= options_.n_seq_max) {
-      return absl::InvalidArgumentError(StrCat("sequence id ", r.seq, " outside [0, ", options_.n_seq_max, ")"));
-    }
-    if (r.pos < 0 || static_cast<uint32_t>(r.pos) >= capacity) {
-      return absl::InvalidArgumentError(StrCat("position ", r.pos, " outside a sequence's ", capacity, " cells"));
-    }
-  }
+  return absl::OkStatus();
+}
+
+Status Context::Submit(std::span<const Row> rows) {
   llama_batch batch = llama_batch_init(static_cast<int32_t>(rows.size()), 0, 1);
   std::unique_ptr<llama_batch, void (*)(llama_batch*)> guard(&batch, [](llama_batch* b) { llama_batch_free(*b); });
   batch.n_tokens = static_cast<int32_t>(rows.size());
@@ -232,6 +225,23 @@ StatusOr<std::vector<std::vector<float>>> Context::DecodeRows(std::span<const Ro
   if (const int32_t rc = llama_decode(ctx_, batch); rc != 0) {
     return absl::InternalError(StrCat("llama_decode failed (", rc, "): ", TakeLlamaLogTail()));
   }
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<std::vector<float>>> Context::DecodeRows(std::span<const Row> rows) {
+  if (rows.empty()) return absl::InvalidArgumentError("nothing to decode: no rows");
+  if (rows.size() > llama_n_batch(ctx_)) {
+    return absl::InvalidArgumentError(StrCat(rows.size(), " rows exceed the batch of ", llama_n_batch(ctx_)));
+  }
+  const uint32_t capacity = SequenceCapacity();
+  for (const Row& r : rows) {
+    SKIPPY_RETURN_IF_ERROR(model_.ValidateTokens(std::span(&r.token, 1)));
+    SKIPPY_RETURN_IF_ERROR(CheckSeq(r.seq));
+    if (r.pos < 0 || static_cast<uint32_t>(r.pos) >= capacity) {
+      return absl::InvalidArgumentError(StrCat("position ", r.pos, " outside a sequence's ", capacity, " cells"));
+    }
+  }
+  SKIPPY_RETURN_IF_ERROR(Submit(rows));
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!rows[i].output) continue;
@@ -250,26 +260,18 @@ Status Context::Run(std::span<const Token> tokens, int32_t pos0, int32_t seq, bo
     return absl::InvalidArgumentError(StrCat("positions ", pos0, "..", pos0 + tokens.size(),
                                                    " do not fit the context of ", n_ctx, " tokens"));
   }
-  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq_max) {
-    return absl::InvalidArgumentError(StrCat("sequence id ", seq, " outside [0, ", options_.n_seq_max, ")"));
-  }
+  SKIPPY_RETURN_IF_ERROR(CheckSeq(seq));
   const size_t chunk = llama_n_batch(ctx_);
-  llama_batch batch = llama_batch_init(static_cast<int32_t>(chunk), 0, 1);
-  std::unique_ptr<llama_batch, void (*)(llama_batch*)> guard(&batch, [](llama_batch* b) { llama_batch_free(*b); });
+  std::vector<Row> rows;
+  rows.reserve(std::min(chunk, tokens.size()));
   for (size_t start = 0; start < tokens.size(); start += chunk) {
     const size_t n = std::min(chunk, tokens.size() - start);
-    batch.n_tokens = static_cast<int32_t>(n);
+    rows.clear();
     for (size_t i = 0; i < n; ++i) {
-      batch.token[i] = tokens[start + i];
-      batch.pos[i] = pos0 + static_cast<int32_t>(start + i);
-      batch.n_seq_id[i] = 1;
-      batch.seq_id[i][0] = seq;
-      batch.logits[i] = (last_logits && start + i + 1 == tokens.size()) ? 1 : 0;
+      rows.push_back({seq, pos0 + static_cast<int32_t>(start + i), tokens[start + i],
+                      last_logits && start + i + 1 == tokens.size()});
     }
-    const int32_t rc = llama_decode(ctx_, batch);
-    if (rc != 0) {
-      return absl::InternalError(StrCat("llama_decode failed (", rc, "): ", TakeLlamaLogTail()));
-    }
+    SKIPPY_RETURN_IF_ERROR(Submit(rows));
   }
   return absl::OkStatus();
 }

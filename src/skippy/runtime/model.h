@@ -151,6 +151,9 @@ class Context {
   // Decode and Prefill: validates, then runs llama_decode per n_batch chunk; `last_logits` asks for
   // the last token's output row.
   Status Run(std::span<const Token> tokens, int32_t pos0, int32_t seq, bool last_logits);
+  Status CheckSeq(int32_t seq) const;
+  // One llama_decode of validated rows (at most n_batch).
+  Status Submit(std::span<const Row> rows);
   const Model& model_;
   ContextOptions options_;
   llama_context* ctx_;

@@ -294,13 +294,16 @@ void Scheduler::Loop() {
   }
 }
 
+bool Scheduler::FinishIfCancelled(int32_t id) {
+  if (!lanes_[id].job->cancelled()) return false;
+  metrics_.CountCancelled();
+  FinishLane(id, "", ApiError{499, "invalid_request_error", "cancelled", "the client went away"});
+  return true;
+}
+
 void Scheduler::Step(int32_t id) {
+  if (FinishIfCancelled(id)) return;
   Lane& lane = lanes_[id];
-  if (lane.job->cancelled()) {
-    metrics_.CountCancelled();
-    FinishLane(id, "", ApiError{499, "invalid_request_error", "cancelled", "the client went away"});
-    return;
-  }
   switch (lane.phase) {
     case Phase::kStart: StartJob(id); break;
     case Phase::kPrefill: PrefillChunk(id); break;
@@ -482,12 +485,8 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   std::vector<runtime::Engine::DecodeStepIn> steps;
   std::vector<int32_t> stepping;
   for (int32_t id : ids) {
+    if (FinishIfCancelled(id)) continue;
     Lane& lane = lanes_[id];
-    if (lane.job->cancelled()) {
-      metrics_.CountCancelled();
-      FinishLane(id, "", ApiError{499, "invalid_request_error", "cancelled", "the client went away"});
-      continue;
-    }
     const std::optional<Token> tok = EmitToken(id);
     if (!tok) continue;
     steps.push_back({id, *tok, static_cast<int32_t>(lane.pos)});

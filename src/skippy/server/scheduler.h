@@ -168,6 +168,8 @@ class Scheduler {
 
   void Loop();
   void Step(int32_t lane_id);
+  // Frees the lane with a 499 when its client went away; returns whether it did.
+  bool FinishIfCancelled(int32_t lane_id);
   void StartJob(int32_t lane_id);
   void PrefillChunk(int32_t lane_id);
   void Generate(int32_t lane_id);
