@@ -424,6 +424,34 @@ TEST_F(ServerHttp, MoreRequestsThanLanesWaitOrGet503) {
   EXPECT_EQ(st["queue_depth"], 0);
 }
 
+// A lane's first token is sampled and sent as soon as its prefill ends, not a round of the other
+// lanes later, and a new job's restore and first chunk run in one step: while lane A decodes a
+// long answer, B's time to first token is its queue wait plus its own prompt time. One step of A
+// in between (the flow before) would add about one of A's per-token times; the best of three
+// tries is compared so that one preemption of this 2-core machine does not decide it.
+TEST_F(ServerHttp, AFirstTokenDoesNotWaitForOtherLanes) {
+  json a_body;
+  std::thread a([&] {
+    a_body = PostJson(*Client(), "/completion",
+                      {{"prompt", "a long answer beside the short ones"}, {"n_predict", 200}, {"ignore_eos", true}})
+                 .second;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double best_gap = 1e9;
+  auto c = Client();
+  for (int i = 0; i < 3; ++i) {
+    auto [s, b] = PostJson(*c, "/completion", {{"prompt", skippy::StrCat("short question number ", i)}, {"n_predict", 1}});
+    ASSERT_EQ(s, 200) << b.dump();
+    const double gap = b["skippy"]["ttft_ms"].get<double>() - b["skippy"]["queue_ms"].get<double>() -
+                       b["timings"]["prompt_ms"].get<double>();
+    best_gap = std::min(best_gap, gap);
+  }
+  a.join();
+  ASSERT_EQ(a_body["timings"]["predicted_n"], 200) << a_body.dump();
+  const double a_token_ms = a_body["timings"]["predicted_ms"].get<double>() / 200.0;
+  EXPECT_LT(best_gap, 0.5 * a_token_ms) << "lane A's per-token time " << a_token_ms << " ms";
+}
+
 TEST_F(ServerHttp, ADisconnectingStreamingClientFreesItsLane) {
   {
     httplib::Client c("127.0.0.1", server_->port());

@@ -305,7 +305,11 @@ void Scheduler::Step(int32_t id) {
   if (FinishIfCancelled(id)) return;
   Lane& lane = lanes_[id];
   switch (lane.phase) {
-    case Phase::kStart: StartJob(id); break;
+    case Phase::kStart:
+      StartJob(id);
+      // The restore and the first chunk are one step: a new job does not wait a round to start.
+      if (lane.job && lane.phase == Phase::kPrefill) PrefillChunk(id);
+      break;
     case Phase::kPrefill: PrefillChunk(id); break;
     case Phase::kGenerate: Generate(id); break;
   }
@@ -359,7 +363,7 @@ void Scheduler::StartJob(int32_t id) {
     lane.logits = r.decoded->logits;
     lane.prefill_done = Clock::now();
     lane.phase = Phase::kGenerate;
-    Generate(id);  // the first token needs no decode: answer it in this step
+    EmitToken(id);  // the first token needs no decode: answer it in this step
     return;
   }
   lane.next_chunk = 0;
@@ -405,6 +409,7 @@ void Scheduler::PrefillChunk(int32_t id) {
     lane.prefill_done = Clock::now();
     lane.record_prompt_end = true;  // recorded once the first token is out (RecordPromptEnd)
     lane.phase = Phase::kGenerate;
+    EmitToken(id);
   }
 }
 
@@ -425,13 +430,13 @@ void Scheduler::RecordPromptEnd(int32_t id) {
   cache_->PutDecoded(lane.scope, prompt, lane.classes, lane.logits);
 }
 
-std::optional<Token> Scheduler::EmitToken(int32_t id) {
+void Scheduler::EmitToken(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   if (lane.generated >= job.max_tokens()) {
     RecordPromptEnd(id);
     FinishLane(id, "length", std::nullopt);
-    return std::nullopt;
+    return;
   }
   const Token tok = lane.sampler->Sample(lane.logits);
   if (lane.generated == 0) {
@@ -441,7 +446,7 @@ std::optional<Token> Scheduler::EmitToken(int32_t id) {
   if (!job.request().ignore_eos && runtime::IsEndOfGeneration(engine_->model(), tok)) {
     RecordPromptEnd(id);
     FinishLane(id, "stop", std::nullopt);
-    return std::nullopt;
+    return;
   }
   auto piece = runtime::TokenPiece(engine_->model(), tok);
   bool stop_hit = false;
@@ -453,32 +458,30 @@ std::optional<Token> Scheduler::EmitToken(int32_t id) {
   RecordPromptEnd(id);
   if (stop_hit) {
     FinishLane(id, "stop", std::nullopt);
-    return std::nullopt;
+    return;
   }
   if (lane.generated >= job.max_tokens() || lane.pos + 1 > options_.ctx_per_lane) {
     FinishLane(id, "length", std::nullopt);
-    return std::nullopt;
+    return;
   }
-  return tok;
+  lane.next_token = tok;
 }
 
 void Scheduler::Generate(int32_t id) {
-  // Every generated token of a lane-batching server goes through DecodeStep, alone or not (also a
-  // decoded-result hit's, which StartJob generates at once).
+  // Every generated token of a lane-batching server goes through DecodeStep, alone or not.
   if (lane_batching_) {
     GenerateTogether(std::span(&id, 1));
     return;
   }
-  const std::optional<Token> tok = EmitToken(id);
-  if (!tok) return;
   Lane& lane = lanes_[id];
-  auto logits = engine_->Decode(id, std::span(&*tok, 1), static_cast<int32_t>(lane.pos));
+  auto logits = engine_->Decode(id, std::span(&lane.next_token, 1), static_cast<int32_t>(lane.pos));
   if (!logits.ok()) {
     FinishLane(id, "", FromStatus(logits.status()));
     return;
   }
   lane.logits = std::move(*logits);
   ++lane.pos;
+  EmitToken(id);
 }
 
 void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
@@ -486,10 +489,8 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   std::vector<int32_t> stepping;
   for (int32_t id : ids) {
     if (FinishIfCancelled(id)) continue;
-    Lane& lane = lanes_[id];
-    const std::optional<Token> tok = EmitToken(id);
-    if (!tok) continue;
-    steps.push_back({id, *tok, static_cast<int32_t>(lane.pos)});
+    const Lane& lane = lanes_[id];
+    steps.push_back({id, lane.next_token, static_cast<int32_t>(lane.pos)});
     stepping.push_back(id);
   }
   if (steps.empty()) return;
@@ -503,6 +504,7 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
     }
     lane.logits = std::move((*logits)[i]);
     ++lane.pos;
+    EmitToken(stepping[i]);
   }
 }
 

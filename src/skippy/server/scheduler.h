@@ -3,7 +3,10 @@
 // Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
 // engine thread is the only thread that touches the Engine and the ServingCache. It admits queued
 // jobs into free lanes and then round-robins the busy lanes one step at a time: a step is one
-// prefill chunk (ends at the plan's chunk boundaries) or one generated token. A prefill chunk is
+// prefill chunk (ends at the plan's chunk boundaries; a new job's restore and first chunk are one
+// step) or one generated token. A token is sampled and streamed as soon as its logits exist (the
+// first one right after the last prefill chunk) and decoded at the lane's next step, so a lane's
+// first token never waits for a round of the other lanes. A prefill chunk is
 // always a batch of its own lane. The generated tokens of all lanes that are decoding go into one
 // llama_decode (Engine::DecodeStep, a pad row per lane) when the model and build pass
 // certify::CheckLaneBatching at load and --lane-batching asks for it, one lane at a time otherwise
@@ -162,6 +165,7 @@ class Scheduler {
     Clock::time_point started;
     Clock::time_point prefill_done;
     int64_t generated = 0;
+    runtime::Token next_token = 0;  // streamed, decoded at the next step (Phase::kGenerate)
     bool record_prompt_end = false;  // prompt-end records still to make (after the first token)
     std::vector<PendingRecord> pending;  // boundaries whose attention KV is copied at the prompt end
   };
@@ -172,12 +176,13 @@ class Scheduler {
   bool FinishIfCancelled(int32_t lane_id);
   void StartJob(int32_t lane_id);
   void PrefillChunk(int32_t lane_id);
+  // Decodes the lane's next_token and emits the token after it.
   void Generate(int32_t lane_id);
   // Generate for every lane in `lane_ids` (all in Phase::kGenerate) with one Engine::DecodeStep.
   void GenerateTogether(std::span<const int32_t> lane_ids);
-  // The part of a generate step before the decode: samples, streams the token, finishes the lane
-  // when it is done; returns the token to decode next, or nothing when the lane finished.
-  std::optional<runtime::Token> EmitToken(int32_t lane_id);
+  // Runs when the lane's logits are new (last prefill chunk, decoded-result hit, decode): samples,
+  // streams the token, finishes the lane when it is done, else keeps the token as next_token.
+  void EmitToken(int32_t lane_id);
   // The records of the whole prompt (resident entry or the last KvRecurrent boundary, and the
   // decoded result), made after the first token is handed to the client so they stay off TTFT.
   void RecordPromptEnd(int32_t lane_id);
