@@ -246,6 +246,25 @@ void Scheduler::Stop() {
   controls_.clear();
 }
 
+std::vector<int32_t> Scheduler::AdmitLocked() {
+  std::vector<int32_t> admitted;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    if (lanes_[i].job) continue;
+    while (!queue_.empty() && queue_.front()->cancelled()) {
+      queue_.front()->Finish("", ApiError{499, "invalid_request_error", "cancelled", "the client went away"}, {});
+      queue_.pop_front();
+      metrics_.CountCancelled();
+    }
+    if (queue_.empty()) break;
+    lanes_[i] = Lane{};
+    lanes_[i].job = std::move(queue_.front());
+    queue_.pop_front();
+    ++busy_;
+    admitted.push_back(static_cast<int32_t>(i));
+  }
+  return admitted;
+}
+
 void Scheduler::Loop() {
   while (true) {
     std::vector<Control> controls;
@@ -266,28 +285,30 @@ void Scheduler::Loop() {
       }
       controls.assign(controls_.begin(), controls_.end());
       controls_.clear();
-      for (size_t i = 0; i < lanes_.size(); ++i) {
-        if (lanes_[i].job) continue;
-        while (!queue_.empty() && queue_.front()->cancelled()) {
-          queue_.front()->Finish("", ApiError{499, "invalid_request_error", "cancelled", "the client went away"}, {});
-          queue_.pop_front();
-          metrics_.CountCancelled();
-        }
-        if (queue_.empty()) break;
-        lanes_[i] = Lane{};
-        lanes_[i].job = std::move(queue_.front());
-        queue_.pop_front();
-        ++busy_;
-      }
+      AdmitLocked();
     }
     for (const Control& c : controls) c.done->set_value(cache_->Clear(c.tenant_namespace));
+    // One round: every busy lane steps once. A job that arrives during the round and finds a free
+    // lane starts at once (its restore and first chunk, and its first token when that is all it
+    // needs) instead of waiting for the round to end.
+    std::vector<char> stepped(lanes_.size(), 0);
     std::vector<int32_t> decoding;
     for (size_t i = 0; i < lanes_.size(); ++i) {
-      if (!lanes_[i].job) continue;
+      if (!lanes_[i].job || stepped[i]) continue;
       if (lane_batching_ && lanes_[i].phase == Phase::kGenerate) {
         decoding.push_back(static_cast<int32_t>(i));
-      } else {
-        Step(static_cast<int32_t>(i));
+        continue;
+      }
+      Step(static_cast<int32_t>(i));
+      stepped[i] = 1;
+      std::vector<int32_t> admitted;
+      {
+        std::lock_guard lock(mu_);
+        admitted = AdmitLocked();
+      }
+      for (int32_t id : admitted) {
+        Step(id);
+        stepped[static_cast<size_t>(id)] = 1;
       }
     }
     if (!decoding.empty()) GenerateTogether(decoding);

@@ -2,7 +2,8 @@
 //
 // Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
 // engine thread is the only thread that touches the Engine and the ServingCache. It admits queued
-// jobs into free lanes and then round-robins the busy lanes one step at a time: a step is one
+// jobs into free lanes (between any two steps: a job that finds a free lane starts at once) and
+// round-robins the busy lanes one step at a time: a step is one
 // prefill chunk (ends at the plan's chunk boundaries; a new job's restore and first chunk are one
 // step) or one generated token. A token is sampled and streamed as soon as its logits exist (the
 // first one right after the last prefill chunk) and decoded at the lane's next step, so a lane's
@@ -171,6 +172,8 @@ class Scheduler {
   };
 
   void Loop();
+  // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
+  std::vector<int32_t> AdmitLocked();
   void Step(int32_t lane_id);
   // Frees the lane with a 499 when its client went away; returns whether it did.
   bool FinishIfCancelled(int32_t lane_id);
