@@ -2,12 +2,14 @@
 //
 // Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
 // engine thread is the only thread that touches the Engine and the ServingCache. It admits queued
-// jobs into free lanes (between any two steps: a job that finds a free lane starts at once) and
-// round-robins the busy lanes one step at a time: a step is one
-// prefill chunk (ends at the plan's chunk boundaries; a new job's restore and first chunk are one
-// step) or one generated token. A token is sampled and streamed as soon as its logits exist (the
-// first one right after the last prefill chunk) and decoded at the lane's next step, so a lane's
-// first token never waits for a round of the other lanes. A prefill chunk is
+// jobs into free lanes at the start of each round and after each lane's step within it (a job
+// that finds a free lane starts after the step in progress), and round-robins the busy lanes one
+// step at a time: a step is one prefill chunk or one generated token, and a new job's first step
+// is its restore and first chunk (all of the prompt that a hit leaves, as a rule). A token is
+// sampled and streamed as soon as its logits exist (the first one right after the last prefill
+// chunk) and decoded at the lane's next step, so a first token does not wait for the other lanes
+// once its prefill is done. The price is paid by lanes already decoding: a job that starts
+// between two of their tokens puts its restore and first chunk there. A prefill chunk is
 // always a batch of its own lane. The generated tokens of all lanes that are decoding go into one
 // llama_decode (Engine::DecodeStep, a pad row per lane) when the model and build pass
 // certify::CheckLaneBatching at load and --lane-batching asks for it, one lane at a time otherwise
