@@ -15,6 +15,11 @@ using runtime::Token;
 
 namespace {
 
+// The errors of a job the server does not finish: its client went away (queued or running), or
+// the server is stopping.
+ApiError ClientWentAway() { return {499, "invalid_request_error", "cancelled", "the client went away"}; }
+ApiError ShuttingDown() { return {503, "server_error", "shutting_down", "the server is stopping"}; }
+
 TokenLogprobs::Candidate MakeCandidate(const runtime::Model& model, Token id, double logprob) {
   auto piece = runtime::TokenPiece(model, id);
   return {id, piece.ok() ? *piece : std::string(), logprob};
@@ -240,7 +245,7 @@ void Scheduler::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mu_);
-  for (auto& job : queue_) job->Finish("", ApiError{503, "server_error", "shutting_down", "the server is stopping"}, {});
+  for (auto& job : queue_) job->Finish("", ShuttingDown(), {});
   queue_.clear();
   for (auto& c : controls_) c.done->set_value(0);
   controls_.clear();
@@ -251,7 +256,7 @@ std::vector<int32_t> Scheduler::AdmitLocked() {
   for (size_t i = 0; i < lanes_.size(); ++i) {
     if (lanes_[i].job) continue;
     while (!queue_.empty() && queue_.front()->cancelled()) {
-      queue_.front()->Finish("", ApiError{499, "invalid_request_error", "cancelled", "the client went away"}, {});
+      queue_.front()->Finish("", ClientWentAway(), {});
       queue_.pop_front();
       metrics_.CountCancelled();
     }
@@ -277,7 +282,7 @@ void Scheduler::Loop() {
       if (stop_) {
         for (size_t i = 0; i < lanes_.size(); ++i) {
           if (lanes_[i].job) {
-            lanes_[i].job->Finish("", ApiError{503, "server_error", "shutting_down", "the server is stopping"}, {});
+            lanes_[i].job->Finish("", ShuttingDown(), {});
             lanes_[i].job.reset();
           }
         }
@@ -318,7 +323,7 @@ void Scheduler::Loop() {
 bool Scheduler::FinishIfCancelled(int32_t id) {
   if (!lanes_[id].job->cancelled()) return false;
   metrics_.CountCancelled();
-  FinishLane(id, "", ApiError{499, "invalid_request_error", "cancelled", "the client went away"});
+  FinishLane(id, "", ClientWentAway());
   return true;
 }
 
