@@ -1,8 +1,10 @@
 # Imports a llama.cpp build made by scripts/bootstrap.sh (or brought by the user) as targets:
 #   llama::llama  (libllama + libggml*, with include dirs for llama.h, ggml.h, gguf.h)
 # Inputs: LLAMA_CPP_SOURCE_DIR and LLAMA_CPP_BUILD_DIR (cache variables or environment).
-# Also links build/bin/llama-server and build/bin/ggml-rpc-server to the same build, so the
-# baseline server is always the one built from the llama.cpp we link against.
+# Also links build/bin/llama-server, ggml-rpc-server, llama-quantize and llama-imatrix to the same
+# build, so the baseline server is always the one built from the llama.cpp we link against. With
+# the bootstrap's patch series, LLAMA_CPP_BUILD_DIR's bin/ holds the patched ggml libraries (what
+# Skippy links) and links to the stock build for everything else: the tools are stock.
 
 foreach(var LLAMA_CPP_SOURCE_DIR LLAMA_CPP_BUILD_DIR)
   if(NOT ${var} AND DEFINED ENV{${var}})
@@ -42,9 +44,15 @@ execute_process(COMMAND git -C "${LLAMA_CPP_SOURCE_DIR}" rev-parse HEAD
 if(NOT SKIPPY_LLAMA_COMMIT)
   set(SKIPPY_LLAMA_COMMIT "unknown")
 endif()
+# The patch series applied to that tree (scripts/bootstrap.sh writes its digest); "none" for a
+# stock tree. Part of the runtime identity of every cache entry, beside the commit.
+set(SKIPPY_LLAMA_PATCHES "none")
+if(EXISTS "${LLAMA_CPP_SOURCE_DIR}/.skippy-patches")
+  file(STRINGS "${LLAMA_CPP_SOURCE_DIR}/.skippy-patches" SKIPPY_LLAMA_PATCHES LIMIT_COUNT 1)
+endif()
 
 file(MAKE_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
-foreach(tool llama-server ggml-rpc-server)
+foreach(tool llama-server ggml-rpc-server llama-quantize llama-imatrix)
   file(CREATE_LINK "${LLAMA_CPP_BUILD_DIR}/bin/${tool}" "${CMAKE_BINARY_DIR}/bin/${tool}" SYMBOLIC)
 endforeach()
 set(SKIPPY_LLAMA_SERVER "${CMAKE_BINARY_DIR}/bin/llama-server")

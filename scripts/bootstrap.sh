@@ -3,12 +3,16 @@
 #   1. Debian packages by name (only the ones the build uses);
 #   2. llama.cpp from the pinned npm package node-llama-cpp (a git bundle inside it),
 #      digest-verified, built once into a cache outside the checkout keyed by version and options.
+#   3. Skippy's patch series (patches/llama.cpp) applied to a copy of that tree, whose ggml libraries
+#      are built beside the stock build (llama-server and the other tools stay stock).
 # Prints the llama.cpp source and build directories as shell assignments on its last two lines
-# (LLAMA_CPP_SOURCE_DIR=..., LLAMA_CPP_BUILD_DIR=...) so callers can `eval` them.
+# (LLAMA_CPP_SOURCE_DIR=..., LLAMA_CPP_BUILD_DIR=...) so callers can `eval` them: the patched
+# source, and a directory whose bin/ links the stock build with the patched ggml libraries.
 #
 # Overrides:
 #   LLAMA_STAGE_BUILD_DIR   an existing llama.cpp build (with bin/llama-server); no build is done.
-#   LLAMA_CPP_SOURCE_DIR    an existing llama.cpp source tree; built into the cache, keyed by its commit.
+#   LLAMA_CPP_SOURCE_DIR    an existing llama.cpp source tree; built as it is (no patch series) into the
+#                           cache, keyed by its commit.
 #   SKIPPY_CACHE_DIR        where slow artefacts live (default: ${XDG_CACHE_HOME:-~/.cache}/skippy).
 #   SKIPPY_SKIP_APT=1       do not touch Debian packages (for machines you manage yourself).
 set -euo pipefail
@@ -66,23 +70,32 @@ LLAMA_CMAKE_OPTS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIV
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
   -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF)
-LLAMA_TARGETS=(llama llama-server ggml-rpc-server)
+LLAMA_TARGETS=(llama llama-server ggml-rpc-server llama-quantize llama-imatrix)
 # The files a complete build must have; their digests are recorded in the stamp and re-checked.
 LLAMA_OUTPUTS=(bin/libllama.so bin/libggml.so bin/libggml-base.so bin/libggml-cpu.so bin/libggml-rpc.so
-  bin/llama-server bin/ggml-rpc-server)
+  bin/llama-server bin/ggml-rpc-server bin/llama-quantize bin/llama-imatrix)
 
-stamp_body() { # $1 = build dir
+# Skippy's patch series on the pinned tree (patches/llama.cpp/*.patch, applied in name order). Only
+# the libraries Skippy links (libllama and ggml) are built from the patched tree; llama-server,
+# llama-quantize and the other tools stay the stock build, so every baseline is a stock
+# llama-server. Each patch is off until Skippy switches it on at run time.
+PATCH_DIR="$(cd "$(dirname "$0")/.." && pwd)/patches/llama.cpp"
+PATCHED_TARGETS=(llama ggml-rpc)
+PATCHED_OUTPUTS=(bin/libllama.so bin/libggml.so bin/libggml-base.so bin/libggml-cpu.so bin/libggml-rpc.so)
+
+stamp_body() { # $1 = build dir, $2 = name of the outputs array
+  local -n outs=$2
   local f
-  for f in "${LLAMA_OUTPUTS[@]}"; do
+  for f in "${outs[@]}"; do
     [ -f "$1/$f" ] || return 1
     printf '%s  %s\n' "$(sha256sum "$1/$f" | cut -d' ' -f1)" "$f"
   done
 }
 
-build_is_complete() { # $1 = build dir
+build_is_complete() { # $1 = build dir, $2 = name of the outputs array
   [ -f "$1/.skippy-complete" ] || return 1
   local now
-  now=$(stamp_body "$1") || return 1
+  now=$(stamp_body "$1" "$2") || return 1
   [ "$now" = "$(cat "$1/.skippy-complete")" ]
 }
 
@@ -105,15 +118,66 @@ fetch_source() { # $1 = destination source dir
   rm -rf "$tmp"
 }
 
-build_llama() { # $1 = source dir, $2 = build dir
+patch_series() { ls "$PATCH_DIR"/*.patch 2>/dev/null | sort; }
+patch_digest() { # digest of the series: names and contents, in order
+  local f
+  for f in $(patch_series); do printf '%s\n' "$(basename "$f")"; cat "$f"; done | sha256sum | cut -c1-12
+}
+
+make_patched_source() { # $1 = pinned source dir, $2 = destination
+  local src=$1 dst=$2 f
+  log "applying $(patch_series | wc -l) patch(es) from patches/llama.cpp to a copy of the pinned tree"
+  rm -rf "$dst.partial"
+  git clone -q --no-checkout "$src" "$dst.partial" >&2
+  git -C "$dst.partial" -c advice.detachedHead=false checkout -q "$LLAMA_COMMIT" >&2
+  for f in $(patch_series); do
+    git -C "$dst.partial" apply --whitespace=nowarn "$f" >&2 || die "patch $(basename "$f") does not apply to $LLAMA_COMMIT"
+  done
+  patch_digest > "$dst.partial/.skippy-patches"
+  rm -rf "$dst" && mv "$dst.partial" "$dst"
+}
+
+build_llama() { # $1 = source dir, $2 = build dir, $3 = targets array name, $4 = outputs array name
   local src=$1 bld=$2 jobs
+  local -n tgts=$3
   jobs=$(nproc)
-  log "building llama.cpp ($(basename "$bld")) with $jobs jobs; this takes several minutes once"
+  log "building llama.cpp ($(basename "$bld"): ${tgts[*]}) with $jobs jobs; this takes several minutes once"
   rm -rf "$bld"
   cmake -S "$src" -B "$bld" -G Ninja "${LLAMA_CMAKE_OPTS[@]}" >&2
-  cmake --build "$bld" -j "$jobs" --target "${LLAMA_TARGETS[@]}" >&2
-  stamp_body "$bld" > "$bld/.skippy-complete.tmp" || die "llama.cpp build is missing outputs"
+  cmake --build "$bld" -j "$jobs" --target "${tgts[@]}" >&2
+  stamp_body "$bld" "$4" > "$bld/.skippy-complete.tmp" || die "llama.cpp build $bld is missing outputs"
   mv "$bld/.skippy-complete.tmp" "$bld/.skippy-complete"
+}
+
+ensure_build() { # $1 = source dir, $2 = build dir, $3 = targets array name, $4 = outputs array name
+  # One builder at a time per cache entry; a second caller waits and then reuses the result.
+  exec 9>"$2.lock"
+  flock 9
+  if build_is_complete "$2" "$4"; then
+    log "reusing cached llama.cpp build $2"
+  else
+    [ -d "$2" ] && log "cached llama.cpp build $2 is incomplete or corrupt; rebuilding"
+    build_llama "$@"
+  fi
+  flock -u 9
+}
+
+# The directory Skippy links against: bin/ holds a link to every file of the stock build, except
+# libllama and the ggml libraries, which link to the patched build (whose RUNPATH keeps them
+# together: a patched library never loads a stock one).
+make_runtime_dir() { # $1 = stock build, $2 = patched build, $3 = destination
+  local stock=$1 patched=$2 dst=$3 f name
+  rm -rf "$dst.partial" && mkdir -p "$dst.partial/bin"
+  for f in "$stock"/bin/*; do
+    name=$(basename "$f")
+    if [ -e "$patched/bin/$name" ] && [[ $name == libggml* || $name == libllama.so* ]]; then
+      ln -s "$patched/bin/$name" "$dst.partial/bin/$name"
+    else
+      ln -s "$f" "$dst.partial/bin/$name"
+    fi
+  done
+  cp "$patched/.skippy-complete" "$dst.partial/.skippy-patched-complete"
+  rm -rf "$dst" && mv "$dst.partial" "$dst"
 }
 
 resolve_llama() {
@@ -129,32 +193,43 @@ resolve_llama() {
   fi
   local key_opts key src
   key_opts=$(printf '%s\n' "${LLAMA_CMAKE_OPTS[@]}" "${LLAMA_TARGETS[@]}" "$(cpu_key)" "$(c++ --version | head -1)" | sha256sum | cut -c1-12)
+  mkdir -p "$CACHE_DIR/llama.cpp"
   if [ -n "${LLAMA_CPP_SOURCE_DIR:-}" ]; then
+    # A tree of the user's own is built as it is, without the patch series.
     [ -f "$LLAMA_CPP_SOURCE_DIR/include/llama.h" ] || die "LLAMA_CPP_SOURCE_DIR=$LLAMA_CPP_SOURCE_DIR is not a llama.cpp tree"
     src=$LLAMA_CPP_SOURCE_DIR
     key="custom-$( (git -C "$src" rev-parse HEAD 2>/dev/null || echo nogit) | cut -c1-12)-$key_opts"
-  else
-    src="$CACHE_DIR/llama.cpp/src-$LLAMA_TAG-${LLAMA_COMMIT:0:12}"
-    key="$LLAMA_TAG-${LLAMA_COMMIT:0:12}-$key_opts"
-    if [ ! -f "$src/.skippy-fetched" ] || [ "$(git -C "$src" rev-parse HEAD 2>/dev/null)" != "$LLAMA_COMMIT" ]; then
-      mkdir -p "$CACHE_DIR/llama.cpp"
-      fetch_source "$src"
-      touch "$src/.skippy-fetched"
-    fi
+    ensure_build "$src" "$CACHE_DIR/llama.cpp/build-$key" LLAMA_TARGETS LLAMA_OUTPUTS
+    SRC_DIR=$src; BUILD_DIR="$CACHE_DIR/llama.cpp/build-$key"
+    return
   fi
-  local bld="$CACHE_DIR/llama.cpp/build-$key"
-  mkdir -p "$CACHE_DIR/llama.cpp"
-  # One builder at a time per cache entry; a second caller waits and then reuses the result.
-  exec 9>"$bld.lock"
-  flock 9
-  if build_is_complete "$bld"; then
-    log "reusing cached llama.cpp build $bld"
-  else
-    [ -d "$bld" ] && log "cached llama.cpp build $bld is incomplete or corrupt; rebuilding"
-    build_llama "$src" "$bld"
+  src="$CACHE_DIR/llama.cpp/src-$LLAMA_TAG-${LLAMA_COMMIT:0:12}"
+  key="$LLAMA_TAG-${LLAMA_COMMIT:0:12}-$key_opts"
+  if [ ! -f "$src/.skippy-fetched" ] || [ "$(git -C "$src" rev-parse HEAD 2>/dev/null)" != "$LLAMA_COMMIT" ]; then
+    fetch_source "$src"
+    touch "$src/.skippy-fetched"
   fi
-  flock -u 9
-  SRC_DIR=$src; BUILD_DIR=$bld
+  local stock="$CACHE_DIR/llama.cpp/build-$key"
+  ensure_build "$src" "$stock" LLAMA_TARGETS LLAMA_OUTPUTS
+  [ -n "$(patch_series)" ] || { SRC_DIR=$src; BUILD_DIR=$stock; return; }
+
+  local pd psrc pbld run
+  pd=$(patch_digest)
+  psrc="$CACHE_DIR/llama.cpp/src-$LLAMA_TAG-${LLAMA_COMMIT:0:12}-patched-$pd"
+  exec 8>"$psrc.lock"
+  flock 8
+  if [ "$(cat "$psrc/.skippy-patches" 2>/dev/null)" != "$pd" ]; then
+    make_patched_source "$src" "$psrc"
+  fi
+  flock -u 8
+  pbld="$CACHE_DIR/llama.cpp/build-$key-patched-$pd"
+  ensure_build "$psrc" "$pbld" PATCHED_TARGETS PATCHED_OUTPUTS
+  run="$CACHE_DIR/llama.cpp/runtime-$key-patched-$pd"
+  if ! cmp -s "$pbld/.skippy-complete" "$run/.skippy-patched-complete" 2>/dev/null ||
+     [ ! -e "$run/bin/llama-server" ]; then
+    make_runtime_dir "$stock" "$pbld" "$run"
+  fi
+  SRC_DIR=$psrc; BUILD_DIR=$run
 }
 
 install_apt
