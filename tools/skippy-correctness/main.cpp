@@ -6,6 +6,8 @@
 //   skippy-correctness batch-split --model FILE [--flash-attn on|off] [--min-batch N] [--report-out FILE]
 //       prefills the same tokens under several batch cuts (every batch >= N rows, default
 //       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
+//   skippy-correctness --no-batch-invariant ...  runs either on llama.cpp's stock matrix kernels
+//       (runtime/llama_backend.h), to show what the batch-invariant patch changes.
 //
 // Exit codes: 0 pass, 1 mismatch (exit 0 with --allow-mismatch), 2 bad input, 3 family disabled or
 // payload refused by policy (not certified), 4 internal error.
@@ -19,6 +21,7 @@
 #include "skippy/certify/batch_split.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/runtime/engine.h"
+#include "skippy/runtime/llama_backend.h"
 
 namespace {
 
@@ -94,9 +97,11 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   report["threads"] = a.threads;
   report["batch_size"] = a.batch_size;
   report["rule_min_batch"] = (*engine)->MinExactBatch();
+  report["batch_invariant"] = skippy::runtime::BatchInvariant();
   if (!WriteReport(report, a.report_out)) return kExitInternal;
-  std::fprintf(stderr, "[batch-split] %s flash_attn=%s min_batch=%zu %s\n", report["family_key"].get<std::string>().c_str(),
-               a.flash_attn.c_str(), m, r->pass ? "pass" : "MISMATCH");
+  std::fprintf(stderr, "[batch-split] %s flash_attn=%s min_batch=%zu batch_invariant=%s %s\n",
+               report["family_key"].get<std::string>().c_str(), a.flash_attn.c_str(), m,
+               skippy::runtime::BatchInvariant() ? "on" : "off", r->pass ? "pass" : "MISMATCH");
   return r->pass ? kExitPass : kExitMismatch;
 }
 
@@ -105,6 +110,9 @@ int RunBatchSplit(const BatchSplitArgs& a) {
 int main(int argc, char** argv) {
   CLI::App app{"skippy-correctness: prove cache restores bit-identical to recomputation"};
   app.require_subcommand(1);
+  bool stock_kernels = false;
+  app.add_flag("--no-batch-invariant", stock_kernels,
+               "llama.cpp's stock matrix kernels, even where the patched build has batch-invariant ones");
   CLI::App* sh = app.add_subcommand("state-handoff", "prefill, record, restore, compare continuations");
 
   skippy::certify::StateHandoffOptions o;
@@ -156,6 +164,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitPass : kExitBadInput;
   }
+  if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
   if (*bsc) return RunBatchSplit(bs);
   o.flash_attn = flash_attn == "on";
   if (layer_end >= 0) o.layer_end = layer_end;

@@ -14,6 +14,7 @@
 
 #include "CLI/CLI.hpp"
 #include "skippy/runtime/engine.h"
+#include "skippy/runtime/llama_backend.h"
 #include "skippy/server/http_server.h"
 
 namespace {
@@ -57,6 +58,10 @@ int main(int argc, char** argv) {
                "decode the lanes' generated tokens in one batch, each with a pad row so answers do not depend "
                "on the other lanes (proved at startup; default: one lane at a time)");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
+  bool stock_kernels = false;
+  app.add_flag("--no-batch-invariant", stock_kernels,
+               "use llama.cpp's stock matrix kernels even where the patched build has batch-invariant ones (for "
+               "measuring them; on repacked quantized weights the startup check then turns the cache off)");
   app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_flag("--kv-unified", o.kv_unified,
@@ -96,6 +101,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   o.cache_enabled = !no_cache;
+  if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
   o.flash_attn = flash_attn == "on";
   // Every long batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
   // chunk must hold two of them; a tail record leaves at least a short batch (2 rows).

@@ -12,6 +12,7 @@
 #include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/engine.h"
+#include "skippy/runtime/llama_backend.h"
 
 #ifndef SKIPPY_LLAMA_COMMIT
 #define SKIPPY_LLAMA_COMMIT "unknown"
@@ -105,6 +106,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
       {"family_key", engine->family().family_key},
       {"synthetic_weights", model.MetaString("skippy.synthetic").value_or("false") == "true"},
       {"llama_cpp_commit", SKIPPY_LLAMA_COMMIT},
+      {"batch_invariant", runtime::BatchInvariant()},
       {"layer_start", 0},
       {"layer_end", o.layer_end ? json(*o.layer_end) : json(n_layer_all)},
       {"state_layer_start", o.state_layer_start.value_or(0)},

@@ -32,20 +32,23 @@
 #include "skippy/cache/family_policy.h"
 #include "skippy/cache/payload_kind.h"
 #include "skippy/common/status.h"
+#include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/model.h"
 
 namespace skippy::runtime {
 
 // The fewest rows a prefill batch may have for the tokens it computes to be bit-identical to the
-// same tokens computed in any other batch of at least this many rows: 64 with flash attention on
-// (the CPU kernel's tiled path starts at 64 query rows), 2 with it off (llamafile's sgemm takes
-// matrix products from 2 columns; a 1-row batch uses vector dot products). Measured on the pinned
-// llama.cpp's CPU backend (docs/DESIGN.md); certify::CheckBatchSplits proves it for one loaded
-// model, and skippy-server runs that check before it serves from the cache.
-// `claimed` > 0 (--exact-min-batch, EngineOptions::min_exact_batch) replaces the rule for builds
-// that draw the line elsewhere; only the batch-split check proves it.
-constexpr size_t MinExactBatch(bool flash_attn, size_t claimed = 0) {
-  return claimed > 0 ? claimed : flash_attn ? 64 : 2;
+// same tokens computed in any other batch of at least this many rows. With the batch-invariant
+// products of Skippy's patch series (BatchInvariant(), llama_backend.h): 2, flash attention on or
+// off (a 1-row batch takes vector dot products). On stock kernels: 64 with flash attention on (its
+// tiled path starts at 64 query rows), 2 with it off, and repacked quantized weights (Q4_K_M ...)
+// have no such line at all. Measured on the pinned llama.cpp's CPU backend (docs/DESIGN.md);
+// certify::CheckBatchSplits proves it for one loaded model, and skippy-server runs that check
+// before it serves from the cache. `claimed` > 0 (--exact-min-batch,
+// EngineOptions::min_exact_batch) replaces the rule for builds that draw the line elsewhere; only
+// the batch-split check proves it.
+inline size_t MinExactBatch(bool flash_attn, size_t claimed = 0) {
+  return claimed > 0 ? claimed : (flash_attn && !BatchInvariant()) ? 64 : 2;
 }
 
 struct EngineOptions {

@@ -1,5 +1,8 @@
 #include "skippy/runtime/llama_backend.h"
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -15,6 +18,7 @@ namespace {
 std::mutex g_mu;
 std::deque<std::string> g_tail;  // guarded by g_mu
 bool g_verbose = false;
+std::atomic<bool> g_invariant_chosen{false};
 
 void LogRouter(ggml_log_level level, const char* text, void*) {
   if (g_verbose) std::fputs(text, stderr);
@@ -27,7 +31,50 @@ void LogRouter(ggml_log_level level, const char* text, void*) {
   while (g_tail.size() > 8) g_tail.pop_front();
 }
 
+// The patch series' switch, looked up at run time so that a stock build still links and runs.
+using SetFn = void (*)(bool);
+using GetFn = bool (*)();
+struct InvariantSwitch {
+  SetFn set = nullptr;
+  GetFn get = nullptr;
+};
+
+const InvariantSwitch& Switch() {
+  static const InvariantSwitch s = [] {
+    InvariantSwitch out;
+    out.set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_set_batch_invariant"));
+    out.get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_get_batch_invariant"));
+    if (out.set == nullptr || out.get == nullptr) out = {};
+    return out;
+  }();
+  return s;
+}
+
 }  // namespace
+
+bool BatchInvariantAvailable() { return Switch().set != nullptr; }
+
+// On unless a caller chose first (SetBatchInvariant): applied at the first EnsureLlamaBackend or
+// BatchInvariant, whichever comes first, so rules derived from the mode agree before and after
+// the first model loads.
+static void ApplyDefaultOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!g_invariant_chosen && BatchInvariantAvailable()) Switch().set(true);
+  });
+}
+
+bool SetBatchInvariant(bool on) {
+  if (!BatchInvariantAvailable()) return false;
+  g_invariant_chosen = true;
+  Switch().set(on);
+  return true;
+}
+
+bool BatchInvariant() {
+  ApplyDefaultOnce();
+  return BatchInvariantAvailable() && Switch().get();
+}
 
 void EnsureLlamaBackend() {
   static std::once_flag once;
@@ -36,6 +83,7 @@ void EnsureLlamaBackend() {
     g_verbose = env != nullptr && env[0] == '1';
     llama_log_set(LogRouter, nullptr);
     llama_backend_init();
+    ApplyDefaultOnce();
   });
 }
 

@@ -9,8 +9,26 @@
 
 namespace skippy::runtime {
 
-// Initialises the llama.cpp backend and installs the log router. Idempotent.
+// Initialises the llama.cpp backend and installs the log router, and switches batch-invariant
+// matrix products on where the loaded ggml has them (see below). Idempotent.
 void EnsureLlamaBackend();
+
+// Batch-invariant kernels come from Skippy's llama.cpp patch series (patches/llama.cpp): with
+// them, a prompt row's matrix products on repacked quantized weights (Q4_K, Q6_K, Q4_0 ...) and
+// its flash attention are the same bits in any batch of two or more rows, as the products already
+// are for F16 and the other weight types. Without them, a batch's size and a row's index in it
+// change the last bits (repacked weights: any cut; flash attention: batches under 64 rows), and
+// the startup batch-split check turns the cache off or raises the smallest batch.
+//
+// Available when the loaded libggml-cpu exports the switch (the bootstrap's patched build); a
+// stock build (LLAMA_STAGE_BUILD_DIR, LLAMA_CPP_SOURCE_DIR) does not. On by default in Skippy's
+// processes, from the first EnsureLlamaBackend or BatchInvariant call; SetBatchInvariant(false)
+// before that keeps the stock kernels (for measuring them). The mode is process-wide and read
+// when llama.cpp plans a graph: set it before creating contexts.
+bool BatchInvariantAvailable();
+// Returns false, changing nothing, when the mode is not available.
+bool SetBatchInvariant(bool on);
+bool BatchInvariant();
 
 // The most recent llama.cpp error/warning lines (newest last), joined; empty if none.
 // Clears the buffer.

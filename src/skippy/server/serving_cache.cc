@@ -10,10 +10,14 @@
 #include "skippy/cache/record_plan.h"
 #include "skippy/certify/batch_split.h"
 #include "skippy/common/strings.h"
+#include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sequence_state.h"
 
 #ifndef SKIPPY_LLAMA_COMMIT
 #define SKIPPY_LLAMA_COMMIT "unknown"
+#endif
+#ifndef SKIPPY_LLAMA_PATCHES
+#define SKIPPY_LLAMA_PATCHES "none"
 #endif
 
 namespace skippy::server {
@@ -58,7 +62,10 @@ StatusOr<std::unique_ptr<ServingCache>> ServingCache::Create(const ServerOptions
   if (auto bc = model.MetaString(model.arch() + ".block_count")) n_layer = std::max(1, std::atoi(bc->c_str()));
   id.layer_end = n_layer;
   id.runtime_abi = "skippy-runtime-1";
-  id.llama_version = SKIPPY_LLAMA_COMMIT;
+  // The kernels that computed a payload are part of its identity: the commit, the patch series and
+  // whether its batch-invariant products were on.
+  id.llama_version = StrCat(SKIPPY_LLAMA_COMMIT, "+patches:", SKIPPY_LLAMA_PATCHES,
+                            runtime::BatchInvariant() ? "+batch-invariant" : "");
   id.type_k = eff.type_k;
   id.type_v = eff.type_v;
   id.flash_attn = eff.flash_attn;
@@ -613,6 +620,7 @@ nlohmann::json ServingCache::StatsJson() const {
       {"enabled", enabled_},
       {"disabled_reason", disabled_reason_},
       {"batch_split", batch_split_},
+      {"batch_invariant", runtime::BatchInvariant()},
       {"family", engine_.family().family_key},
       {"payload", std::string(cache::PayloadKindName(engine_.family().payload))},
       {"entries", s.pool.index.entries},
