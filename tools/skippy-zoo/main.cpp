@@ -1,13 +1,22 @@
 // skippy-zoo: writes the synthetic model zoo (one GGUF per family) or lists it.
 //
 //   skippy-zoo --list
-//   skippy-zoo --preset tiny --out DIR [--family KEY ...] [--force]
+//   skippy-zoo --preset tiny --out DIR [--family KEY ...] [--format FMT ...] [--force]
+//
+// DIR/<family>.gguf is the synthetic model in F16. Each --format (a llama-quantize type name such
+// as Q4_K_M, Q8_0, IQ2_XS, or `ref` for the format of the family's model ref) also writes
+// DIR/<family>.<FMT>.gguf, made from it with the pinned build's llama-quantize; formats that need
+// an importance matrix (IQ1_*, IQ2_*) get one from llama-imatrix run on the model over a fixed
+// text, as a user would make one.
 //
 // DIR/manifest.json records, per family, the file, its size, parameter count and the spec digest
-// that produced it. A family whose file exists with a matching digest and size is not rewritten,
-// so repeated calls (tests, the benchmark wrapper) are cheap and a stale or truncated file is
-// regenerated.
+// that produced it, and per format the quantized file and what it was made from. A file that exists
+// with a matching digest and size is not rewritten, so repeated calls (tests, the benchmark
+// wrapper) are cheap and a stale or truncated file is regenerated.
+#include <cctype>
 #include <chrono>
+#include <optional>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +26,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "skippy/common/subprocess.h"
 #include "skippy/runtime/synthetic_model.h"
 #include "skippy/zoo/zoo_spec.h"
 
@@ -65,12 +75,134 @@ void List() {
               "All weights are synthetic: deterministic random values, not a trained model.\n");
 }
 
+// The formats llama-quantize takes that the CPU backend runs (its names, upper case).
+constexpr std::string_view kFormats[] = {"F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", "Q5_1",
+                                         "Q4_K_M", "Q4_K_S", "Q4_0", "Q4_1", "Q3_K_M", "Q3_K_S", "Q3_K_L",
+                                         "Q2_K", "Q2_K_S", "IQ4_XS", "IQ4_NL", "IQ3_XXS", "IQ3_S", "IQ3_M",
+                                         "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0"};
+
+bool KnownFormat(std::string_view f) {
+  for (std::string_view k : kFormats) {
+    if (k == f) return true;
+  }
+  return false;
+}
+
+// llama-quantize refuses these without an importance matrix.
+bool NeedsImatrix(std::string_view f) { return f.starts_with("IQ1") || f.starts_with("IQ2"); }
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A fixed English text for llama-imatrix: the statistics only need activations, and the same text
+// every time keeps the quantized files reproducible.
+std::string ImatrixText() {
+  static constexpr std::string_view kPassage =
+      "The cache keeps the state of a prompt's prefix so that the next request that starts the same "
+      "way does not compute it again. A request arrives with a system prompt, a few documents and a "
+      "question; the server looks up the longest prefix it has seen, restores it, and computes only "
+      "what follows. Tools return results, agents take another step, and the conversation grows by "
+      "a message at a time. Numbers such as 17, 256 and 4096 appear in code, tables and logs. ";
+  std::string out;
+  for (int i = 0; i < 24; ++i) out += kPassage;
+  return out;
+}
+
+// Runs argv to completion with its output in log_path; an error quotes the log's tail.
+skippy::Status RunTool(const std::vector<std::string>& argv, const std::string& log_path) {
+  auto proc = skippy::Subprocess::Start(argv, log_path);
+  if (!proc.ok()) return proc.status();
+  std::optional<int> rc;
+  while (!(rc = proc->Poll())) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (*rc != 0) {
+    return absl::InternalError(absl::StrFormat("%s exited with %d: %s", argv[0], *rc, skippy::TailOfFile(log_path, 600)));
+  }
+  return absl::OkStatus();
+}
+
+struct QuantizeTools {
+  std::string quantize;  // llama-quantize
+  std::string imatrix;   // llama-imatrix
+  int threads = 2;
+};
+
+// Writes `out` from the F16 file `base` in `format`; returns whether an importance matrix was used.
+skippy::StatusOr<bool> Quantize(const QuantizeTools& tools, const fs::path& base, const std::string& format,
+                                const fs::path& out) {
+  const std::string log = out.string() + ".log";
+  std::vector<std::string> argv = {tools.quantize};
+  const bool imatrix = NeedsImatrix(format);
+  if (imatrix) {
+    const fs::path text = base.string() + ".imatrix.txt";
+    const fs::path dat = base.string() + ".imatrix.gguf";
+    std::ofstream(text) << ImatrixText();
+    SKIPPY_RETURN_IF_ERROR(RunTool({tools.imatrix, "-m", base.string(), "-f", text.string(), "-o", dat.string(),
+                                    "-c", "128", "--chunks", "8", "-t", std::to_string(tools.threads)},
+                                   base.string() + ".imatrix.log"));
+    argv.insert(argv.end(), {"--imatrix", dat.string()});
+  }
+  const fs::path tmp = out.string() + ".partial";
+  argv.insert(argv.end(), {base.string(), tmp.string(), format, std::to_string(tools.threads)});
+  SKIPPY_RETURN_IF_ERROR(RunTool(argv, log));
+  std::error_code ec;
+  fs::rename(tmp, out, ec);
+  if (ec) return absl::InternalError(absl::StrFormat("cannot rename %s: %s", tmp.string(), ec.message()));
+  return imatrix;
+}
+
 json LoadManifest(const fs::path& path) {
   std::ifstream in(path);
   if (!in) return json::object();
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return json::object();
   return j;
+}
+
+// Writes each requested format of one family next to its F16 file and records it in `entry`
+// ("formats": {FMT: {...}}). Returns the number of formats that failed.
+int WriteFormats(const FamilySpec& f, const fs::path& base, const std::string& spec_digest,
+                 const std::vector<std::string>& formats, const QuantizeTools& tools, bool force, json& entry) {
+  int failures = 0;
+  const std::string key(f.key);
+  entry["ref_format"] = std::string(f.ref_format);
+  if (!entry.contains("formats") || !entry["formats"].is_object()) entry["formats"] = json::object();
+  for (const std::string& requested : formats) {
+    const std::string format = requested == "ref" ? std::string(f.ref_format) : requested;
+    if (format == "F16") continue;  // the base file
+    const fs::path out = base.parent_path() / (key + "." + format + ".gguf");
+    const json& old = entry["formats"].contains(format) ? entry["formats"][format] : json();
+    if (!force && old.is_object() && old.value("source_spec_digest", "") == spec_digest &&
+        old.value("llama_cpp_commit", "") == SKIPPY_LLAMA_COMMIT && fs::exists(out) &&
+        fs::file_size(out) == old.value("file_bytes", uint64_t{0})) {
+      std::printf("[zoo] %-12s %-7s up to date (%s)\n", key.c_str(), format.c_str(), out.c_str());
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto imatrix = Quantize(tools, base, format, out);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!imatrix.ok()) {
+      std::fprintf(stderr, "skippy-zoo: %s %s: %s\n", key.c_str(), format.c_str(),
+                   std::string(imatrix.status().message()).c_str());
+      ++failures;
+      continue;
+    }
+    const uint64_t bytes = fs::file_size(out);
+    std::printf("[zoo] %-12s %-7s wrote %s: %.1f MiB, %.1f s%s\n", key.c_str(), format.c_str(), out.c_str(),
+                bytes / 1048576.0, secs, *imatrix ? " (with an importance matrix)" : "");
+    std::fflush(stdout);
+    entry["formats"][format] = {
+        {"file", out.filename().string()},
+        {"file_bytes", bytes},
+        {"source_spec_digest", spec_digest},
+        {"llama_cpp_commit", SKIPPY_LLAMA_COMMIT},
+        {"imatrix", *imatrix},
+        {"quantize_seconds", secs},
+        {"synthetic_weights", true},
+    };
+  }
+  return failures;
 }
 
 }  // namespace
@@ -83,7 +215,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> families;
   std::string vocab_dir = SKIPPY_DEFAULT_VOCAB_DIR;
   bool force = false;
+  std::vector<std::string> formats;
+  QuantizeTools tools{SKIPPY_DEFAULT_LLAMA_BIN_DIR "/llama-quantize", SKIPPY_DEFAULT_LLAMA_BIN_DIR "/llama-imatrix", 2};
   app.add_flag("--list", list, "list families, architectures, presets and parameter counts");
+  app.add_option("--format", formats,
+                 "also write <family>.<FMT>.gguf quantized from the F16 model (llama-quantize type, e.g. Q4_K_M, "
+                 "Q8_0, IQ2_XS; `ref` = the format of the family's model ref); repeatable");
+  app.add_option("--llama-quantize", tools.quantize, "llama-quantize binary")->capture_default_str();
+  app.add_option("--llama-imatrix", tools.imatrix, "llama-imatrix binary")->capture_default_str();
+  app.add_option("--threads", tools.threads, "threads for quantization")->capture_default_str();
   app.add_option("--preset", preset_name, "tiny | bench | real")->capture_default_str();
   app.add_option("--out", out_dir, "output directory");
   app.add_option("--family", families, "only these family keys (repeatable); default: all");
@@ -103,6 +243,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "skippy-zoo: %s\n", std::string(preset.status().message()).c_str());
     return kExitBadInput;
   }
+  for (std::string& f : formats) {
+    f = f == "ref" ? f : Upper(f);
+    if (f != "ref" && !KnownFormat(f)) {
+      std::fprintf(stderr, "skippy-zoo: unknown --format '%s' (a llama-quantize type such as Q4_K_M, or ref)\n",
+                   f.c_str());
+      return kExitBadInput;
+    }
+  }
   if (out_dir.empty()) {
     std::fprintf(stderr, "skippy-zoo: --out DIR is required (or --list)\n");
     return kExitBadInput;
@@ -110,7 +258,7 @@ int main(int argc, char** argv) {
   std::vector<const FamilySpec*> selected;
   if (families.empty()) {
     for (const FamilySpec& f : skippy::zoo::Families()) {
-      if (*preset != Preset::kReal || f.real) selected.push_back(&f);
+      if (skippy::zoo::DimsFor(f, *preset).ok()) selected.push_back(&f);
     }
   } else {
     for (const std::string& key : families) {
@@ -153,6 +301,8 @@ int main(int argc, char** argv) {
     if (!force && old.is_object() && old.value("spec_digest", "") == *digest && fs::exists(file) &&
         fs::file_size(file) == old.value("file_bytes", uint64_t{0})) {
       std::printf("[zoo] %-12s up to date (%s)\n", key.c_str(), file.c_str());
+      failures += WriteFormats(*f, file, *digest, formats, tools, force, manifest["families"][key]);
+      std::ofstream(manifest_path) << manifest.dump(2) << "\n";
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -182,7 +332,9 @@ int main(int argc, char** argv) {
         {"spec_digest", info->spec_digest},
         {"generate_seconds", secs},
         {"synthetic_weights", true},
+        {"ref_format", std::string(f->ref_format)},
     };
+    failures += WriteFormats(*f, file, *digest, formats, tools, force, manifest["families"][key]);
     // Written after every family so an interrupted run keeps what it finished.
     std::ofstream(manifest_path) << manifest.dump(2) << "\n";
   }

@@ -214,65 +214,79 @@ const std::array<FamilySpec, 14> kFamilies = {{
      kQwenVocabNote, 0x51e3e7,
      WithRope(WithSsm(WithMoe(Dense(64, 4, 2, 1, 32, 128), 4, 2, 64), 16, 2, 4, 64), 8),
      WithRope(WithSsm(WithMoe(Dense(768, 8, 8, 2, 128, 1024), 16, 4, 384), 64, 4, 8, 512), 32),
-     std::nullopt, "", &Qwen3NextMeta},
+     std::nullopt, "", "IQ2_XS", WithRope(WithSsm(WithMoe(Dense(256, 4, 4, 1, 64, 512), 4, 2, 256), 64, 2, 4, 256), 16),
+     &Qwen3NextMeta},
     {"falcon-h1", "attention + Mamba2 in parallel on every layer", "tiiuae/Falcon-H1-1.5B-Instruct-GGUF:Q4_K_M", "falcon",
      "stand-in: the Falcon (original) BPE; Falcon-H1's own tokenizer is not in the tree", 0xfa1c0,
      WithSsm(Dense(64, 2, 4, 2, 16, 128), 16, 1, 4, 128),
      WithSsm(Dense(768, 8, 8, 2, 64, 2048), 64, 1, 12, 1536),
      WithSsm(Dense(2048, 24, 8, 2, 128, 4096, 16384), 256, 1, 24, 3072),
      "approximately Falcon-H1-1.5B (from its published config as we recall it; verify before citing)",
+     "Q4_K_M", std::nullopt,
      &FalconH1Meta},
     {"llama", "dense GQA", "hugging-quants/Llama-3.2-1B-Instruct-Q4_K_M-GGUF:Q4_K_M", "llama-bpe",
      "", 0x11a3a,
      Dense(64, 2, 4, 2, 16, 128), Dense(1024, 8, 16, 4, 64, 2816),
-     Dense(2048, 16, 32, 8, 64, 8192, 131072), "Llama 3.2 1B (no rope scaling tensor)", &LlamaMeta},
+     Dense(2048, 16, 32, 8, 64, 8192, 131072), "Llama 3.2 1B (no rope scaling tensor)", "Q4_K_M", Dense(256, 2, 4, 2, 64, 512),
+     &LlamaMeta},
     {"qwen3", "dense GQA with q/k norm", "Qwen/Qwen3-0.6B:Q8_0", "qwen2",
      "", 0x9e3,
      Dense(64, 2, 4, 2, 16, 128), Dense(768, 8, 8, 4, 128, 2048),
-     Dense(1024, 28, 16, 8, 128, 3072, 40960), "Qwen3 0.6B", &Qwen3Meta},
+     Dense(1024, 28, 16, 8, 128, 3072, 40960), "Qwen3 0.6B", "Q8_0", std::nullopt,
+     &Qwen3Meta},
     {"deepseek2", "MLA + MoE with shared expert, first layer dense", "bartowski/DeepSeek-Coder-V2-Lite-Instruct-GGUF:Q4_K_M", "deepseek-llm",
      "", 0xdee2,
      WithMoe(Mla(64, 3, 4, 128, 32, 32, 16, 16, 16, 1), 4, 2, 64, 1),
      WithMoe(Mla(768, 8, 8, 2048, 256, 256, 32, 64, 64, 1), 16, 4, 384, 1),
-     std::nullopt, "", &DeepSeek2LiteMeta},
+     std::nullopt, "", "Q4_K_M", WithMoe(Mla(256, 3, 4, 512, 256, 256, 32, 32, 64, 1), 4, 2, 256, 1),
+     &DeepSeek2LiteMeta},
     {"glm47-flash", "MLA + MoE (sigmoid routing), GLM tokenizer", "unsloth/GLM-4.7-Flash-GGUF:Q4_K_M", "qwen2",
      kGlmStandIn, 0x61a47,
      WithMoe(Mla(64, 3, 4, 128, 32, 32, 16, 16, 16, 1), 4, 2, 64, 1),
      WithMoe(Mla(768, 8, 8, 2048, 256, 256, 32, 64, 64, 1), 16, 4, 384, 1),
-     std::nullopt, "", &Glm47FlashMeta},
+     std::nullopt, "", "Q4_K_M", std::nullopt,
+     &Glm47FlashMeta},
     {"glm4", "dense GQA, partial rotary, post norms", "meshllm/glm-4-9b-0414-parity-q4_k_m-gguf:Q4_K_M", "qwen2",
      kGlmStandIn, 0x6104,
-     Dense(64, 2, 4, 2, 16, 128), Dense(1024, 8, 8, 2, 128, 2816), std::nullopt, "", &Glm4Meta},
+     Dense(64, 2, 4, 2, 16, 128), Dense(1024, 8, 8, 2, 128, 2816), std::nullopt, "", "Q4_K_M", std::nullopt,
+     &Glm4Meta},
     {"gemma4-a4b", "MoE, SWA (5 local : 1 global)", "batiai/Gemma-4-26B-A4B-it-GGUF:Q6_K", "gemma-4",
      "", 0x6e4a4b,
      WithMoe(WithSwa(Dense(64, 6, 2, 1, 32, 128), 32, 6, 16), 4, 2, 64),
      WithMoe(WithSwa(Dense(768, 6, 8, 2, 128, 1024), 64, 6, 64), 16, 4, 384),
-     std::nullopt, "", &Gemma4Meta},
+     std::nullopt, "", "Q6_K", std::nullopt,
+     &Gemma4Meta},
     {"gemma4-e4b", "dense, per-layer embeddings, SWA (5 local : 1 global)", "unsloth/gemma-4-E4B-it-GGUF:Q4_K_M", "gemma-4",
      "", 0x6e4e4b,
      WithPle(WithSwa(Dense(64, 6, 2, 1, 32, 128), 32, 6, 16), 16),
      WithPle(WithSwa(Dense(768, 6, 8, 2, 128, 2048), 64, 6, 64), 64),
-     std::nullopt, "", &Gemma4Meta},
+     std::nullopt, "", "Q4_K_M", std::nullopt,
+     &Gemma4Meta},
     {"gemma3", "dense, SWA (5 local : 1 global)", "ggml-org/gemma-3-1b-it-GGUF:Q4_K_M", "gemma-4",
      kGemmaStandIn, 0x6e3,
      WithSwa(Dense(64, 6, 2, 1, 32, 128), 32, 6), WithSwa(Dense(768, 12, 4, 1, 256, 3072), 64, 6),
-     WithSwa(Dense(1152, 26, 4, 1, 256, 6912, 32768), 512, 6), "Gemma3 1B", &Gemma3Meta},
+     WithSwa(Dense(1152, 26, 4, 1, 256, 6912, 32768), 512, 6), "Gemma3 1B", "Q4_K_M", WithSwa(Dense(256, 6, 4, 1, 64, 512), 32, 6),
+     &Gemma3Meta},
     {"gemma2", "dense, SWA alternating, logit soft-capping", "bartowski/gemma-2-2b-it-GGUF:Q4_K_M", "gemma-4",
      kGemmaStandIn, 0x6e2,
      WithSwa(Dense(64, 4, 2, 1, 32, 128), 32, 2), WithSwa(Dense(1024, 8, 8, 4, 128, 4096), 64, 2),
-     WithSwa(Dense(2304, 26, 8, 4, 256, 9216, 8192), 4096, 2), "Gemma2 2B", &Gemma2Meta},
+     WithSwa(Dense(2304, 26, 8, 4, 256, 9216, 8192), 4096, 2), "Gemma2 2B", "Q4_K_M", std::nullopt,
+     &Gemma2Meta},
     {"olmo", "dense MHA, non-parametric LayerNorm", "meshllm/olmo-7b-instruct-hf-parity-f16-gguf:F16", "gpt-neox",
      "", 0x01f0,
-     Dense(64, 2, 4, 4, 16, 128), Dense(1024, 8, 16, 16, 64, 4096), std::nullopt, "", &OlmoMeta},
+     Dense(64, 2, 4, 4, 16, 128), Dense(1024, 8, 16, 16, 64, 4096), std::nullopt, "", "F16", std::nullopt,
+     &OlmoMeta},
     {"minimax-m27", "MoE on every layer, sigmoid routing, partial rotary", "unsloth/MiniMax-M2.7-GGUF:UD-Q2_K_XL", "gpt-2",
      "stand-in: GPT-2 BPE; MiniMax's 200k BPE is not in the tree", 0x3131,
      WithRope(WithMoe(Dense(64, 2, 4, 2, 16, 64), 4, 2, 64), 8),  // n_ff is the expert width here
-     WithRope(WithMoe(Dense(768, 8, 8, 2, 128, 512), 16, 4, 512), 64), std::nullopt, "", &MiniMaxM2Meta},
+     WithRope(WithMoe(Dense(768, 8, 8, 2, 128, 512), 16, 4, 512), 64), std::nullopt, "", "Q2_K", std::nullopt,
+     &MiniMaxM2Meta},
     {"deepseek3", "DeepSeek-V3 shape: MLA, q-LoRA, grouped sigmoid MoE", "unsloth/DeepSeek-V3.2-GGUF:UD-Q4_K_XL", "deepseek-llm",
      "", 0xdee3,
      WithMoe(Mla(64, 3, 4, 128, 32, 32, 16, 16, 16, 1), 8, 2, 64, 1),
      WithMoe(Mla(768, 8, 8, 2048, 256, 256, 32, 64, 64, 1), 16, 4, 384, 1),
-     std::nullopt, "", &DeepSeek3Meta},
+     std::nullopt, "", "Q4_K_M", std::nullopt,
+     &DeepSeek3Meta},
 }};
 
 }  // namespace
@@ -282,6 +296,7 @@ std::string_view PresetName(Preset preset) {
     case Preset::kTiny: return "tiny";
     case Preset::kBench: return "bench";
     case Preset::kReal: return "real";
+    case Preset::kSmall: return "small";
   }
   return "?";
 }
@@ -290,7 +305,8 @@ StatusOr<Preset> ParsePreset(std::string_view name) {
   if (name == "tiny") return Preset::kTiny;
   if (name == "bench") return Preset::kBench;
   if (name == "real") return Preset::kReal;
-  return absl::InvalidArgumentError(StrCat("unknown preset '", name, "' (expected tiny, bench or real)"));
+  if (name == "small") return Preset::kSmall;
+  return absl::InvalidArgumentError(StrCat("unknown preset '", name, "' (expected tiny, bench, real or small)"));
 }
 
 const cache::FamilyRow& FamilySpec::row() const {
@@ -318,6 +334,9 @@ StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset) {
       if (family.real) return *family.real;
       return absl::NotFoundError(StrCat("family '", family.key,
                                               "' has no 'real' preset (its real size does not fit this machine)"));
+    case Preset::kSmall:
+      if (family.small) return *family.small;
+      return absl::NotFoundError(StrCat("family '", family.key, "' has no 'small' preset"));
   }
   return absl::InvalidArgumentError("bad preset");
 }

@@ -24,7 +24,10 @@
 
 namespace skippy::zoo {
 
-enum class Preset { kTiny, kBench, kReal };
+// kSmall: a few families at tiny depth with matrix widths of 256, the block size of the K-quants,
+// so that their quantized variants (QuantFormat) really hold Q4_K, Q6_K ... tensors; tiny widths
+// make llama-quantize fall back to other types. Used by the quantized-format tests.
+enum class Preset { kTiny, kBench, kReal, kSmall };
 std::string_view PresetName(Preset preset);
 StatusOr<Preset> ParsePreset(std::string_view name);
 
@@ -81,6 +84,8 @@ struct FamilySpec {
   Dims bench;
   std::optional<Dims> real;       // real hyperparameters when the model fits this machine
   std::string_view real_note;     // provenance of the real preset's numbers
+  std::string_view ref_format;    // weight format of model_ref (llama-quantize's name: Q4_K_M, IQ2_XS ...)
+  std::optional<Dims> small;      // the kSmall preset, for the families the quantized tests use
   // Adds the architecture's metadata for the given dims (common keys are added by the caller).
   void (*arch_metadata)(const Dims& dims, std::string_view arch, Metadata& out);
   // Tests only: write this family's shape under another (uncertified) architecture name.
@@ -96,7 +101,7 @@ struct FamilySpec {
 std::span<const FamilySpec> Families();
 // NotFound with the list of known keys when `key` is not a family.
 StatusOr<const FamilySpec*> FindFamily(std::string_view key);
-// Dims for a preset; NotFound when the family has no such preset (only kReal can be absent).
+// Dims for a preset; NotFound when the family has no such preset (only kReal and kSmall can be absent).
 StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset);
 
 // The complete GGUF metadata for (family, preset), tokenizer keys excluded: general.* keys,
