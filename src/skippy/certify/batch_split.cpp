@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "skippy/cache/batch_classes.h"
 #include "skippy/certify/logits.h"
@@ -27,6 +28,44 @@ std::vector<size_t> FitBatch(const std::vector<size_t>& cut, size_t n_batch) {
       out.push_back(end - at);
       at = end;
     }
+  }
+  return out;
+}
+
+// Cuts drawn from a fixed seed (the same on every run, so a failure reproduces) that put batches
+// of min_batch + 0..7 rows, every residue modulo 8, at the start, in the middle and at the end of
+// the prompt, with batches of random (often odd) length between them: kernels that take rows in
+// groups (4, 8, 16) and treat the remainder another way give such rows other bits.
+std::vector<std::vector<size_t>> RandomCuts(size_t n, size_t m, size_t count) {
+  std::mt19937 rng(0x5eed);
+  std::vector<size_t> residues = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<std::vector<size_t>> out;
+  size_t next_residue = residues.size();
+  for (size_t c = 0; c < count; ++c) {
+    // Short batches: as many of 4 as leave room for two long ones of at least m rows.
+    const size_t n_short = std::min<size_t>(4, (n - 2 * m) / (m + 7));
+    std::vector<size_t> shorts;
+    for (size_t i = 0; i < n_short; ++i) {
+      if (next_residue == residues.size()) {
+        std::shuffle(residues.begin(), residues.end(), rng);
+        next_residue = 0;
+      }
+      shorts.push_back(m + residues[next_residue++]);
+    }
+    size_t rest = n;
+    for (size_t p : shorts) rest -= p;
+    // Two long batches between the short ones: a random split of the rest, each at least m.
+    const size_t a = m + std::uniform_int_distribution<size_t>(0, rest - 2 * m)(rng);
+    std::vector<size_t> longs = {a, rest - a};
+    // Layout: short, long, short..., long, short (the first short at the start, the last at the end).
+    std::vector<size_t> cut;
+    size_t si = 0;
+    if (si < shorts.size()) cut.push_back(shorts[si++]);
+    cut.push_back(longs[0]);
+    while (si + 1 < shorts.size()) cut.push_back(shorts[si++]);
+    cut.push_back(longs[1]);
+    if (si < shorts.size()) cut.push_back(shorts[si++]);
+    out.push_back(std::move(cut));
   }
   return out;
 }
@@ -100,6 +139,7 @@ StatusOr<BatchSplitReport> RunAllCuts(runtime::Engine& engine, int32_t lane, siz
            {n}, {n - m, m}, {m, n - 2 * m, m}, {n / 2, n - n / 2}, {n / 3, m, n - n / 3 - m}}) {
     cuts.push_back(FitBatch(c, n_batch));
   }
+  for (const auto& c : RandomCuts(n, m, kRandomCuts)) cuts.push_back(FitBatch(c, n_batch));
   SKIPPY_ASSIGN_OR_RETURN(CutResults whole, RunCuts(engine, lane, tokens, cuts));
   r.pass = whole.pass();
   r.cuts = std::move(whole.cuts);

@@ -12,9 +12,13 @@
 // runs this check at startup and serves without the cache when it fails.
 //
 // Method: the same tokens (BenchmarkTokens; 160, or 5 * min_batch if more, or fewer when the
-// lane's context is smaller) are prefilled into `lane` under five cuts whose batches all have at
-// least min_batch rows (pieces longer than n_batch split into equal pieces); after each, one more
-// token is decoded. With a short class (flash attention on), the last rows are also cut into
+// lane's context is smaller) are prefilled into `lane` under five fixed cuts and kRandomCuts cuts
+// drawn from a fixed seed, whose batches all have at least min_batch rows (pieces longer than
+// n_batch split into equal pieces); after each, one more token is decoded. The drawn cuts put
+// batches of min_batch + 0..7 rows (every residue modulo 8) at the start, middle and end, between
+// long batches of random length: that is what catches kernels that take rows in groups and the
+// remainder another way (llama.cpp's repacked quantized products without Skippy's
+// batch-invariant patch, see runtime/llama_backend.h). With a short class (flash attention on), the last rows are also cut into
 // short batches in several ways (BatchSplitReport::short_cuts). Pass: the last prompt token's
 // logits and the decoded token's logits are byte-identical under every cut of a set. The lane is
 // cleared before and after.
@@ -31,6 +35,9 @@
 #include "skippy/runtime/engine.h"
 
 namespace skippy::certify {
+
+// Drawn cuts per check (each a prefill of the check's tokens).
+inline constexpr size_t kRandomCuts = 4;
 
 struct BatchSplitReport {
   size_t min_batch = 0;                         // smallest batch any cut uses
