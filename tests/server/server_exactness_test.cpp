@@ -69,7 +69,7 @@ std::vector<std::vector<int>> GeneratePrompts(uint32_t seed, int lo, int hi) {
 // --no-cache server with the same layout; returns the cache-on server's /cache/stats.
 // Exact repeats of earlier prompts must be answered from decoded-result entries.
 json CompareWithNoCache(const std::string& family, const std::vector<std::string>& cache_flags,
-                        const std::string& tag, int min_batch) {
+                        const std::string& tag) {
   std::vector<std::string> common = {"-c", "512", "--prefill-chunk", "128", "--cache-record-stride", "64",
                                      "--runtime-lane-count", "1"};
   common.insert(common.end(), cache_flags.begin(), cache_flags.end());
@@ -82,6 +82,10 @@ json CompareWithNoCache(const std::string& family, const std::vector<std::string
   if (!on || !off) return {};
   auto con = on->Client();
   auto coff = off->Client();
+  // The smallest prefill batch the server proved at startup (2, or 64 with flash attention on
+  // over stock kernels).
+  const int min_batch = json::parse(con->Get("/cache/stats")->body)["batch_split"].value("min_batch", 0);
+  EXPECT_GE(min_batch, 2);
 
   auto models = json::parse(con->Get("/v1/models")->body);
   const int n_vocab = models["data"][0]["meta"]["n_vocab"].get<int>();
@@ -142,8 +146,7 @@ std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
 class ServingExactness : public ::testing::TestWithParam<std::string> {};
 
 void ExpectCacheOnMatchesNoCache(const std::string& family, bool flash_attn) {
-  const json stats = flash_attn ? CompareWithNoCache(family, {"-fa", "on"}, "-fa", 64)
-                                : CompareWithNoCache(family, {}, "", 2);
+  const json stats = flash_attn ? CompareWithNoCache(family, {"-fa", "on"}, "-fa") : CompareWithNoCache(family, {}, "");
   ASSERT_FALSE(stats.is_null());
   EXPECT_TRUE(stats.value("enabled", false)) << stats.dump();
   EXPECT_TRUE(stats["batch_split"].value("pass", false)) << stats.dump();
@@ -169,6 +172,13 @@ INSTANTIATE_TEST_SUITE_P(Families, ServingExactness, ::testing::Values("llama", 
                                            "gemma4-a4b"),
                          ParamName);
 
+// Quantized weights (the small zoo, 256-wide matrices): Q4_K_M takes llama.cpp's repacked
+// products, exact under any cut only with the batch-invariant patch; Q8_0 the plain ones.
+INSTANTIATE_TEST_SUITE_P(Quantized, ServingExactness,
+                         ::testing::Values("llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M", "qwen3next.Q4_K_M",
+                                           "llama.Q8_0"),
+                         ParamName);
+
 // Words from a fixed list, seeded: chat message contents of a rough length.
 std::string Words(uint32_t seed, int n) {
   static const char* kWords[] = {"river", "stone", "market", "signal", "lantern", "copper", "meadow", "harbor",
@@ -185,9 +195,10 @@ std::string Words(uint32_t seed, int n) {
 // (fewer than 64 tokens); the second turn's short tail reaches 64 rows and turns long. The same tokens sent as a raw prompt are classed otherwise (one long
 // run): the cache must not serve them from the chat's lane or entries past the first row of
 // another class. Outputs and log-probabilities must equal a --no-cache run's.
-void ExpectChatMatchesNoCache(const std::string& family) {
-  const std::vector<std::string> common = {"-c", "1024", "--prefill-chunk", "128", "--cache-record-stride", "64",
-                                           "--runtime-lane-count", "1", "-fa", "on"};
+void ExpectChatMatchesNoCache(const std::string& family, const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> common = {"-c", "1024", "--prefill-chunk", "128", "--cache-record-stride", "64",
+                                     "--runtime-lane-count", "1", "-fa", "on"};
+  common.insert(common.end(), flags.begin(), flags.end());
   auto on = ServerProcess::Start(family, common, family + "-chat-on");
   ASSERT_TRUE(on);
   std::vector<std::string> off_flags = common;
@@ -255,6 +266,12 @@ void ExpectChatMatchesNoCache(const std::string& family) {
 
 TEST(ChatExactness, ShortMessagesWithFlashAttentionOn) {
   for (const std::string family : {"llama", "gemma3", "qwen3next"}) ExpectChatMatchesNoCache(family);
+}
+
+// On the stock kernels flash attention draws a line at 64 rows, and the short messages take the
+// short batch class (cache::BatchClasses): the same comparison must hold there too.
+TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
+  ExpectChatMatchesNoCache("gemma3", {"--no-batch-invariant"});
 }
 
 // Lanes step together (--lane-batching, Engine::DecodeStep): two requests generated at the same time on a two-lane
@@ -371,10 +388,11 @@ TEST(BranchPoint, ALaneCutAtABranchIsRecorded) {
 }
 
 // --exact-min-batch is only a claim: the startup batch-split check proves it or the cache is off.
-// With flash attention on, 2-row batches take another kernel path than 64-row ones on the pinned
-// llama.cpp (tests/runtime BatchSplitCheck), so this server must refuse the cache and still serve.
+// With flash attention on over the stock kernels, 2-row batches take another kernel path than
+// 64-row ones (tests/runtime BatchSplitCheck), so this server must refuse the cache and still serve.
 TEST(ExactMinBatch, AWrongClaimTurnsTheCacheOff) {
-  auto on = ServerProcess::Start("llama", {"-c", "512", "-fa", "on", "--exact-min-batch", "2"}, "llama-min-batch-2");
+  auto on = ServerProcess::Start("llama", {"-c", "512", "-fa", "on", "--exact-min-batch", "2", "--no-batch-invariant"},
+                                 "llama-min-batch-2");
   ASSERT_TRUE(on);
   auto c = on->Client();
   auto stats = c->Get("/cache/stats");
@@ -383,6 +401,24 @@ TEST(ExactMinBatch, AWrongClaimTurnsTheCacheOff) {
   EXPECT_FALSE(j.value("enabled", true)) << j.dump();
   EXPECT_NE(j.value("disabled_reason", std::string()), "") << j.dump();
   EXPECT_FALSE(j["batch_split"].value("pass", true)) << j.dump();
+  const std::vector<int> prompt = TokenRun(0, 150);
+  for (int i = 0; i < 2; ++i) {
+    auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
+    ASSERT_EQ(st, 200) << a.dump();
+    EXPECT_EQ(a.value("tokens_cached", -1), 0) << "served from a cache that failed its check";
+  }
+}
+
+// Q4_K_M on llama.cpp's stock kernels: repacked products give a row other bits in other batch
+// sizes, the startup check fails, and the server serves every request recomputed, saying why.
+TEST(BatchInvariant, StockKernelsTurnTheCacheOffOnQ4KM) {
+  auto on = ServerProcess::Start("llama.Q4_K_M", {"-c", "512", "--no-batch-invariant"}, "llama-q4km-stock");
+  ASSERT_TRUE(on);
+  auto c = on->Client();
+  const json j = json::parse(c->Get("/cache/stats")->body);
+  EXPECT_FALSE(j.value("batch_invariant", true)) << j.dump();
+  EXPECT_FALSE(j.value("enabled", true)) << j.dump();
+  EXPECT_NE(j.value("disabled_reason", std::string()).find("batch-split"), std::string::npos) << j.dump();
   const std::vector<int> prompt = TokenRun(0, 150);
   for (int i = 0; i < 2; ++i) {
     auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});

@@ -23,14 +23,17 @@ inline std::string Env(const char* name, const char* fallback) {
   if (const char* v = std::getenv(name)) return v;
   return fallback;
 }
+// `family` names a tiny zoo model ("llama"), or a quantized small zoo model as "<family>.<FORMAT>"
+// ("llama.Q4_K_M").
 inline std::string ZooFile(const std::string& family) {
+  if (family.find('.') != std::string::npos) return StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", family, ".gguf");
   return StrCat(Env("SKIPPY_ZOO_DIR", SKIPPY_TEST_ZOO_DIR), "/", family, ".gguf");
 }
 inline std::string ServerBin() { return Env("SKIPPY_SERVER_BIN", SKIPPY_TEST_SERVER_BIN); }
 
 class ServerProcess {
  public:
-  // Starts skippy-server on `family`'s tiny model with extra flags. Retries once on a port race.
+  // Starts skippy-server on ZooFile(family) with extra flags. Retries once on a port race.
   static std::unique_ptr<ServerProcess> Start(const std::string& family, const std::vector<std::string>& flags,
                                               const std::string& tag) {
     for (int attempt = 0; attempt < 3; ++attempt) {
