@@ -73,7 +73,10 @@ StatusOr<std::unique_ptr<ServingCache>> ServingCache::Create(const ServerOptions
   id.kv_unified = eff.kv_unified;
   id.swa_full = eff.swa_full;
   id.n_ctx = eff.n_ctx;
-  id.position_config = StrCat("n_batch=", eff.n_batch, ";n_ubatch=", eff.n_ubatch, ";chunk=", o.prefill_chunk);
+  // Threads too: the CPU kernels split output columns by thread, and a column's kernel path can
+  // depend on where its chunk ends.
+  id.position_config = StrCat("n_batch=", eff.n_batch, ";n_ubatch=", eff.n_ubatch, ";chunk=", o.prefill_chunk,
+                              ";threads=", eff.n_threads);
   id.n_vocab = model.n_vocab();
   id.token_start = 0;
   SKIPPY_RETURN_IF_ERROR(id.Validate());
