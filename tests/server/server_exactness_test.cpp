@@ -146,7 +146,7 @@ std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
 class ServingExactness : public ::testing::TestWithParam<std::string> {};
 
 void ExpectCacheOnMatchesNoCache(const std::string& family, bool flash_attn) {
-  const json stats = flash_attn ? CompareWithNoCache(family, {"-fa", "on"}, "-fa") : CompareWithNoCache(family, {}, "");
+  const json stats = CompareWithNoCache(family, {"-fa", flash_attn ? "on" : "off"}, flash_attn ? "-fa-on" : "-fa-off");
   ASSERT_FALSE(stats.is_null());
   EXPECT_TRUE(stats.value("enabled", false)) << stats.dump();
   EXPECT_TRUE(stats["batch_split"].value("pass", false)) << stats.dump();

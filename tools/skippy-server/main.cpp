@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   skippy::server::ServerOptions o;
   std::vector<std::string> api_keys;
   bool no_cache = false;
-  std::string flash_attn = "off";
+  std::string flash_attn;  // empty: on with the batch-invariant kernels, off without
 
   CLI::App app{"skippy-server: OpenAI-compatible serving on llama.cpp with an exact-prefix KV cache"};
   app.add_option("-m,--model", o.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(16, 1 << 16));
   app.name("skippy-server");
   app.add_option("--flash-attn", flash_attn,
-                 "on | off, also -fa (never auto). Off: a cache hit may prefill any suffix of 2+ tokens; on: every prefill "
-                 "batch keeps 64+ rows, so a hit prefills at least 64 tokens (README, \"Exactness and batch size\")")
+                 "on | off, also -fa (never auto). Default: on with the batch-invariant kernels (a cache hit may prefill "
+                 "any suffix of 2+ tokens either way), off without them, where flash attention makes every prefill batch "
+                 "keep 64+ rows (README, \"Exactness and batch size\")")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
   app.add_flag("--lane-batching", o.lane_batching,
@@ -102,9 +103,13 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
+  // Resolved here, once, before any context exists: never llama.cpp's "auto", which could resolve
+  // differently in two contexts (state blobs carry the V layout).
+  if (flash_attn.empty()) flash_attn = skippy::runtime::BatchInvariant() ? "on" : "off";
   o.flash_attn = flash_attn == "on";
-  // Every long batch keeps runtime::MinExactBatch rows (64 with flash attention on, 2 off), so a
-  // chunk must hold two of them; a tail record leaves at least a short batch (2 rows).
+  // Every long batch keeps runtime::MinExactBatch rows (2; 64 with flash attention on over the
+  // stock kernels), so a chunk must hold two of them; a tail record leaves at least a short batch
+  // (2 rows).
   const uint32_t min_batch =
       static_cast<uint32_t>(skippy::runtime::MinExactBatch(o.flash_attn, o.min_exact_batch));
   if (o.n_batch < 2 * min_batch || o.prefill_chunk < 2 * min_batch) {

@@ -14,7 +14,7 @@ struct ServerOptions {
   uint32_t ctx_per_lane = 2048;     // -c: the longest prompt + generation one request may use
   int threads = 2;                  // -t
   uint32_t n_batch = 512;           // -b: llama.cpp batch (prefill chunks never exceed it)
-  bool flash_attn = false;          // -fa on|off, never "auto"; off lets a hit prefill 2+ tokens
+  bool flash_attn = false;          // -fa on|off, never llama.cpp's "auto" (skippy-server resolves its default)
                                     // (runtime::MinExactBatch)
   // --exact-min-batch: the long class's smallest batch (0: runtime::MinExactBatch(flash_attn)); the
   // startup batch-split check proves it or turns the cache off.

@@ -624,6 +624,7 @@ nlohmann::json ServingCache::StatsJson() const {
       {"disabled_reason", disabled_reason_},
       {"batch_split", batch_split_},
       {"batch_invariant", runtime::BatchInvariant()},
+      {"flash_attn", engine_.context().options().flash_attn},
       {"family", engine_.family().family_key},
       {"payload", std::string(cache::PayloadKindName(engine_.family().payload))},
       {"entries", s.pool.index.entries},

@@ -1,0 +1,134 @@
+// skippy-kernel-bench: what the batch-invariant kernels cost (runtime/llama_backend.h), measured
+// in one process on one context so that the two kernel sets see the same memory, threads and
+// machine state.
+//
+//   SKIPPY_BENCH_MODEL=FILE.gguf [SKIPPY_BENCH_FA=on|off] [SKIPPY_BENCH_TOKENS=1500]
+//     build/bin/skippy-kernel-bench --benchmark_repetitions=9 --benchmark_report_aggregates_only=true
+//
+//   Prefill   a cold prefill of TOKENS tokens in batches of 512 (one lane, cleared first), the
+//             last batch with an output row
+//   Decode    32 greedy one-token decodes after a 256-token prefix (not timed), ms per token
+// Each repetition runs both kernel sets back to back (alternating which goes first) and reports
+// stock_ms, invariant_ms and their ratio; the median ratio over repetitions is the cost.
+//
+// The switch is flipped between decodes, never during one: llama.cpp plans the CPU graph
+// (and sizes its work buffer) at every compute, so each decode runs wholly on one kernel set.
+// Skippy itself sets the mode once, before its first context.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "skippy/runtime/engine.h"
+#include "skippy/runtime/llama_backend.h"
+
+namespace {
+
+using skippy::runtime::Engine;
+using skippy::runtime::Token;
+
+std::string Env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? v : fallback;
+}
+
+Engine& TheEngine() {
+  static std::unique_ptr<Engine> engine = [] {
+    skippy::runtime::EngineOptions o;
+    o.model_path = Env("SKIPPY_BENCH_MODEL", "");
+    o.context.n_ctx = 4096;
+    o.context.n_batch = o.context.n_ubatch = 512;
+    o.context.n_threads = std::atoi(Env("SKIPPY_BENCH_THREADS", "2").c_str());
+    o.context.flash_attn = Env("SKIPPY_BENCH_FA", "on") == "on";
+    o.context.kv_unified = false;
+    o.lane_count = 1;
+    o.cache_seq_count = 0;
+    auto e = Engine::Open(o);
+    if (!e.ok()) {
+      std::fprintf(stderr, "skippy-kernel-bench: %s (set SKIPPY_BENCH_MODEL)\n", e.status().ToString().c_str());
+      std::exit(2);
+    }
+    return std::move(*e);
+  }();
+  return *engine;
+}
+
+// Distinct, in-vocabulary, deterministic token ids.
+std::vector<Token> Tokens(size_t n) {
+  std::vector<Token> t(n);
+  const int32_t vocab = TheEngine().model().n_vocab();
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<Token>(1000 + (i * 7919) % static_cast<size_t>(vocab - 1000));
+  return t;
+}
+
+double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Runs `work` once on each kernel set, back to back, alternating which goes first from one call to
+// the next, and reports both times and their ratio (invariant / stock; above 1: slower). Pairs
+// cancel the drift of a busy machine that separate runs would measure.
+template <typename Work>
+void Pair(benchmark::State& state, Work work) {
+  static int calls = 0;
+  if (!skippy::runtime::BatchInvariantAvailable()) {
+    state.SkipWithError("no batch-invariant switch in this build");
+    return;
+  }
+  double ms[2] = {0, 0};
+  for (auto _ : state) {
+    const bool invariant_first = (calls++ % 2) == 0;
+    for (bool invariant : {invariant_first, !invariant_first}) {
+      skippy::runtime::SetBatchInvariant(invariant);
+      ms[invariant ? 1 : 0] = work();
+      if (ms[invariant ? 1 : 0] < 0) {
+        state.SkipWithError("decode failed");
+        return;
+      }
+    }
+  }
+  state.counters["stock_ms"] = ms[0];
+  state.counters["invariant_ms"] = ms[1];
+  state.counters["ratio"] = ms[1] / ms[0];
+}
+
+void Prefill(benchmark::State& state) {
+  Engine& e = TheEngine();
+  const auto tokens = Tokens(std::atoi(Env("SKIPPY_BENCH_TOKENS", "1500").c_str()));
+  Pair(state, [&] {
+    (void)e.Clear(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto logits = e.Decode(0, tokens, 0);
+    return logits.ok() ? Ms(std::chrono::steady_clock::now() - t0) : -1.0;
+  });
+  state.counters["tokens"] = static_cast<double>(tokens.size());
+}
+
+// Milliseconds per token of 32 greedy one-token decodes after a 256-token prefix (not timed).
+void Decode(benchmark::State& state) {
+  Engine& e = TheEngine();
+  constexpr int kSteps = 32;
+  const auto prefix = Tokens(256);
+  Pair(state, [&] {
+    (void)e.Clear(0);
+    auto logits = e.Decode(0, prefix, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    int32_t pos = static_cast<int32_t>(prefix.size());
+    for (int i = 0; i < kSteps && logits.ok(); ++i, ++pos) {
+      Token next = static_cast<Token>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+      logits = e.Decode(0, std::span(&next, 1), pos);
+    }
+    return logits.ok() ? Ms(std::chrono::steady_clock::now() - t0) / kSteps : -1.0;
+  });
+}
+
+BENCHMARK(Prefill)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Decode)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
