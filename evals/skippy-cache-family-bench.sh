@@ -11,6 +11,9 @@
 #
 # Environment:
 #   SKIPPY_ZOO_PRESET   zoo preset (default: bench)
+#   SKIPPY_ZOO_FORMAT   weight format of the zoo models: F16 (default), a llama-quantize type such as
+#                       Q4_K_M, or ref (each family's model-ref format); quantized with the pinned
+#                       llama-quantize
 #   SKIPPY_MODEL_DIR    real GGUFs named <family-key>.gguf; replaces the zoo (rows say so)
 #   SKIPPY_BENCH_CASES  space-separated family keys (default: all 14)
 #   SKIPPY_BENCH_ARGS   extra arguments for both `skippy-bench production` runs
@@ -21,6 +24,7 @@ out=${1:?usage: evals/skippy-cache-family-bench.sh OUT_DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 preset=${SKIPPY_ZOO_PRESET:-bench}
+format=${SKIPPY_ZOO_FORMAT:-F16}
 cache=${SKIPPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/skippy}
 zoo="$cache/zoo/$preset"
 start=$(date +%s)
@@ -41,15 +45,15 @@ done
 
 cases=()
 for c in ${SKIPPY_BENCH_CASES:-}; do cases+=(--case "$c"); done
-model_args=(--zoo-preset "$preset" --zoo-dir "$zoo")
+model_args=(--zoo-preset "$preset" --zoo-dir "$zoo" --zoo-format "$format")
 if [ -n "${SKIPPY_MODEL_DIR:-}" ]; then
   say "step 2/5: real models from $SKIPPY_MODEL_DIR (no zoo)"
   model_args=(--model-dir "$SKIPPY_MODEL_DIR")
 else
-  say "step 2/5: model zoo ($preset) in $zoo"
+  say "step 2/5: model zoo ($preset, weights $format) in $zoo"
   zoo_families=()
   for c in ${SKIPPY_BENCH_CASES:-}; do zoo_families+=(--family "$c"); done
-  build/bin/skippy-zoo --preset "$preset" --out "$zoo" "${zoo_families[@]}" >&2
+  build/bin/skippy-zoo --preset "$preset" --out "$zoo" "${zoo_families[@]}" --format "$format" >&2
 fi
 common=(--runtime-lane-count 1 --llama-parallel 1 --prefix-tokens 128 --threads "$(nproc)"
   "${model_args[@]}" "${cases[@]}")

@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   prod->add_option("--model-dir", o.model_dir, "real GGUFs named <family-key>.gguf instead of the zoo");
   prod->add_option("--zoo-preset", o.zoo_preset, "tiny | bench | real")->capture_default_str();
   prod->add_option("--zoo-dir", o.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
+  prod->add_option("--zoo-format", o.zoo_format,
+                   "weight format of the zoo models (written by skippy-zoo --format; ref: each family's model-ref format)")
+      ->capture_default_str();
   prod->add_option("--threads", o.threads, "threads for both servers")->capture_default_str();
   prod->add_option("--ctx-size", o.ctx_size, "context size for both")->capture_default_str();
   prod->add_option("--batch-size", o.batch_size, "batch = ubatch for both")->capture_default_str();
@@ -146,6 +149,9 @@ int main(int argc, char** argv) {
   cmp->add_option("--model-dir", sc.model_dir, "real GGUFs named <family-key>.gguf");
   cmp->add_option("--zoo-preset", sc_preset, "zoo preset")->capture_default_str();
   cmp->add_option("--zoo-dir", sc.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
+  cmp->add_option("--zoo-format", sc.zoo_format,
+                  "weight format of the zoo models (written by skippy-zoo --format; ref: each family's model-ref format)")
+      ->capture_default_str();
   bool sc_render_only = false;
   cmp->add_flag("--render-only", sc_render_only, "rewrite serve-compare.md from the JSON in --output-dir; run nothing");
   std::string sc_sweep;

@@ -171,7 +171,7 @@ int WriteFormats(const FamilySpec& f, const fs::path& base, const std::string& s
   for (const std::string& requested : formats) {
     const std::string format = requested == "ref" ? std::string(f.ref_format) : requested;
     if (format == "F16") continue;  // the base file
-    const fs::path out = base.parent_path() / (key + "." + format + ".gguf");
+    const fs::path out = base.parent_path() / skippy::zoo::ZooFileName(f, format);
     const json& old = entry["formats"].contains(format) ? entry["formats"][format] : json();
     if (!force && old.is_object() && old.value("source_spec_digest", "") == spec_digest &&
         old.value("llama_cpp_commit", "") == SKIPPY_LLAMA_COMMIT && fs::exists(out) &&

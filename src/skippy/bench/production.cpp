@@ -169,6 +169,7 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
               {"kind", use_cases.empty() ? "full-gguf" : "use-cases"},
               {"synthetic_weights", o.model_dir.empty()},
               {"zoo_preset", o.model_dir.empty() ? o.zoo_preset : ""},
+              {"zoo_format", o.model_dir.empty() ? o.zoo_format : ""},
               {"machine", MachineInfo()},
               {"settings", Settings(o)},
               {"rows", json::array()}};
@@ -186,7 +187,8 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
     std::ofstream(json_path) << doc.dump(2) << "\n";
     std::ofstream(md_path) << "# Production cache benchmark\n\n"
                            << (o.model_dir.empty() ? StrCat("Synthetic-weight models (skippy-zoo preset `", o.zoo_preset,
-                                                            "`); numbers describe speed, not model quality.\n\n")
+                                                            "`, weights ", o.zoo_format,
+                                                            "); numbers describe speed, not model quality.\n\n")
                                                    : std::string("Real GGUF models.\n\n"))
                            << MarkdownTable(doc["rows"]);
   };
@@ -209,7 +211,8 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
     const zoo::FamilySpec& f = *families[fi];
     const std::string key(f.key);
     const cache::FamilyRow& row = f.row();
-    std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
+    std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", zoo::ZooFileName(f, o.zoo_format))
+                                            : StrCat(o.model_dir, "/", key, ".gguf");
     std::vector<size_t> pending;  // indices into doc["rows"] that passed and await llama-server
     for (const Job& job : jobs) {
       ++done;

@@ -39,6 +39,7 @@ struct ProductionOptions {
   std::string model_dir;                   // real GGUFs named <family-key>.gguf replace zoo models
   std::string zoo_preset = "bench";
   std::string zoo_dir;                     // where the zoo preset lives
+  std::string zoo_format = "F16";          // weight format of the zoo models (skippy-zoo --format; ref: each family's)
   int threads = 2;
   int ctx_size = 1024;
   int batch_size = 512;

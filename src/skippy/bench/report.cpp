@@ -65,7 +65,10 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
   json machine, settings;
   for (const json& d : docs) {
     synthetic = synthetic || d.value("synthetic_weights", false);
-    if (!d.value("zoo_preset", std::string()).empty()) presets.insert(d.value("zoo_preset", std::string()));
+    if (!d.value("zoo_preset", std::string()).empty()) {
+      const std::string format = d.value("zoo_format", std::string("F16"));
+      presets.insert(StrCat(d.value("zoo_preset", std::string()), format == "F16" ? "" : StrCat(", weights ", format)));
+    }
     if (machine.is_null() && d.contains("machine")) machine = d["machine"];
     if (settings.is_null() && d.contains("settings")) settings = d["settings"];
     for (const json& r : d.value("rows", json::array())) (r.contains("use_case") ? uses : full).push_back(r);

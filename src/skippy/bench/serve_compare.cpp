@@ -134,7 +134,10 @@ std::string Markdown(const json& doc) {
     md += StrCat("Settings: ", st.value("lanes", 0), " lane(s) = slot(s), ", st.value("threads", 0), " threads, ctx ",
                  st.value("ctx_size", 0), " per request, batch ", st.value("batch_size", 0), "; flash attention ",
                  st.value("flash_attn", false) ? "on" : "off", " for skippy-server and llama-matched, ",
-                 st.value("llama_default_flash_attn", std::string("the same")), " for llama-default.\n\n");
+                 st.value("llama_default_flash_attn", std::string("the same")), " for llama-default",
+                 st.value("zoo_format", std::string()).empty() ? std::string()
+                                                                : StrCat("; weights ", st.value("zoo_format", std::string())),
+                 ".\n\n");
   }
   if (std::string h = HeadToHead(doc); !h.empty()) md += h + "\n## All runs\n\n";
   md += StrCat("| Family | Workload | Server | TTFT p50 ms | TTFT p95 ms | e2e p50 ms | reused / recomputed prompt tokens | "
@@ -277,14 +280,19 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
               {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
                             {"flash_attn", o.flash_attn}, {"llama_default_flash_attn", "auto (llama-server's default)"},
                             {"repeats", o.repeats}, {"ttft_slo_ms", o.ttft_slo_ms},
-                            {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args}}},
+                            {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args},
+                            {"zoo_format", o.model_dir.empty() ? o.zoo_format : ""}}},
               {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
   auto flush = [&] {
     std::ofstream(out / "serve-compare.json") << doc.dump(2) << "\n";
     std::ofstream(out / "serve-compare.md") << Markdown(doc);
   };
   for (const std::string& key : o.cases) {
-    const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
+    std::string model = StrCat(o.model_dir, "/", key, ".gguf");
+    if (o.model_dir.empty()) {
+      SKIPPY_ASSIGN_OR_RETURN(const zoo::FamilySpec* family, zoo::FindFamily(key));
+      model = StrCat(o.zoo_dir, "/", zoo::ZooFileName(*family, o.zoo_format));
+    }
     if (!o.concurrency_sweep.empty()) {
       SKIPPY_ASSIGN_OR_RETURN(Workload sweep_w, MakeWorkload("interleaved-prefixes", o.workload));
       for (int c : o.concurrency_sweep) {

@@ -40,6 +40,7 @@ struct ServeCompareOptions {
   std::string llama_server_bin;
   std::string model_dir;
   std::string zoo_dir;
+  std::string zoo_format = "F16";  // weight format of the zoo models (skippy-zoo --format; ref: each family's)
   // Concurrency sweep: for each level c, every server runs with c lanes/slots and c clients send
   // the interleaved-prefixes workload concurrently. Empty = no sweep.
   std::vector<int> concurrency_sweep;

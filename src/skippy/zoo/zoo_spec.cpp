@@ -326,6 +326,12 @@ StatusOr<const FamilySpec*> FindFamily(std::string_view key) {
   return absl::NotFoundError(StrCat("unknown family '", key, "'; known: ", fmt::format("{}", fmt::join(keys, ", "))));
 }
 
+std::string ZooFileName(const FamilySpec& family, std::string_view format) {
+  if (format == "ref") format = family.ref_format;
+  if (format.empty() || format == "F16") return StrCat(family.key, ".gguf");
+  return StrCat(family.key, ".", format, ".gguf");
+}
+
 StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset) {
   switch (preset) {
     case Preset::kTiny: return family.tiny;

@@ -104,6 +104,11 @@ StatusOr<const FamilySpec*> FindFamily(std::string_view key);
 // Dims for a preset; NotFound when the family has no such preset (only kReal and kSmall can be absent).
 StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset);
 
+// The file a zoo directory holds for a family in a weight format: "<key>.gguf" for F16 (what the
+// generator writes; also for an empty format), "<key>.<FORMAT>.gguf" for a quantized one.
+// "ref" stands for the family's ref_format.
+std::string ZooFileName(const FamilySpec& family, std::string_view format);
+
 // The complete GGUF metadata for (family, preset), tokenizer keys excluded: general.* keys,
 // skippy.* provenance keys and the architecture's hyperparameters. Deterministic.
 StatusOr<Metadata> BuildMetadata(const FamilySpec& family, Preset preset);
