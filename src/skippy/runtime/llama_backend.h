@@ -14,7 +14,7 @@ namespace skippy::runtime {
 void EnsureLlamaBackend();
 
 // Batch-invariant kernels come from Skippy's llama.cpp patch series (patches/llama.cpp): with
-// them, a prompt row's matrix products on repacked quantized weights (Q4_K, Q6_K, Q4_0 ...) and
+// them, a prompt row's matrix products on repacked quantized weights (Q4_K on x86, for one) and
 // its flash attention are the same bits in any batch of two or more rows, as the products already
 // are for F16 and the other weight types. Without them, a batch's size and a row's index in it
 // change the last bits (repacked weights: any cut; flash attention: batches under 64 rows), and
