@@ -62,7 +62,8 @@ for f in "${families[@]}"; do
     model="$ZOO/$f.gguf"
     [[ $fmt == F16 ]] || model="$ZOO/$f.$fmt.gguf"
     if [[ ! -f $model ]]; then
-      echo "| $f | $label | not made: \\`$(tail -n 20 "$model.log" 2>/dev/null | grep -m1 -o 'failed to quantize: .*' | cut -c20- | tr '|' '/')\\` | | | |" >> "$OUT/summary.md"
+      why=$(grep -m1 -o 'failed to quantize: .*' "$model.log" 2>/dev/null | cut -c20- | tr '|' '/')
+      echo "| $f | $label | not made by llama-quantize: ${why:-see $model.log} | | | |" >> "$OUT/summary.md"
       continue
     fi
     a=$(run "$f.$fmt.off" batch-split --model "$model" --flash-attn off)
