@@ -37,6 +37,7 @@ std::vector<size_t> FitBatch(const std::vector<size_t>& cut, size_t n_batch) {
 // the prompt, with batches of random (often odd) length between them: kernels that take rows in
 // groups (4, 8, 16) and treat the remainder another way give such rows other bits.
 std::vector<std::vector<size_t>> RandomCuts(size_t n, size_t m, size_t count) {
+  if (n < 2 * m) return {};  // no room for two batches of m rows (the caller ensures 5m)
   std::mt19937 rng(0x5eed);
   std::vector<size_t> residues = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<std::vector<size_t>> out;

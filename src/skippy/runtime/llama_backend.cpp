@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -18,7 +17,8 @@ namespace {
 std::mutex g_mu;
 std::deque<std::string> g_tail;  // guarded by g_mu
 bool g_verbose = false;
-std::atomic<bool> g_invariant_chosen{false};
+std::mutex g_switch_mu;
+bool g_invariant_chosen = false;  // guarded by g_switch_mu
 
 void LogRouter(ggml_log_level level, const char* text, void*) {
   if (g_verbose) std::fputs(text, stderr);
@@ -56,16 +56,19 @@ bool BatchInvariantAvailable() { return Switch().set != nullptr; }
 
 // On unless a caller chose first (SetBatchInvariant): applied at the first EnsureLlamaBackend or
 // BatchInvariant, whichever comes first, so rules derived from the mode agree before and after
-// the first model loads.
+// the first model loads. The choice and the default are made under one lock, so a concurrent
+// SetBatchInvariant is never overwritten by the default.
 static void ApplyDefaultOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
+    std::lock_guard<std::mutex> lock(g_switch_mu);
     if (!g_invariant_chosen && BatchInvariantAvailable()) Switch().set(true);
   });
 }
 
 bool SetBatchInvariant(bool on) {
   if (!BatchInvariantAvailable()) return false;
+  std::lock_guard<std::mutex> lock(g_switch_mu);
   g_invariant_chosen = true;
   Switch().set(on);
   return true;
