@@ -15,12 +15,12 @@
 // wrapper) are cheap and a stale or truncated file is regenerated.
 #include <cctype>
 #include <chrono>
-#include <optional>
-#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -54,8 +54,8 @@ uint64_t VocabSizeGuess(std::string_view vocab) {
 }
 
 void List() {
-  std::printf("%-12s %-14s %-10s %-8s %-14s %8s %8s %8s  %s\n", "family", "name", "arch", "memory", "payload",
-              "tiny", "bench", "real", "tokenizer");
+  std::printf("%-12s %-14s %-10s %-8s %-14s %8s %8s %8s %8s %-7s  %s\n", "family", "name", "arch", "memory", "payload",
+              "tiny", "small", "bench", "real", "ref", "tokenizer");
   for (const FamilySpec& f : skippy::zoo::Families()) {
     auto fmt = [&](Preset p) -> std::string {
       auto d = skippy::zoo::DimsFor(f, p);
@@ -63,15 +63,17 @@ void List() {
       const double n = static_cast<double>(skippy::zoo::ApproxParameterCount(f, *d, VocabSizeGuess(f.vocab)));
       return n >= 1e9 ? absl::StrFormat("%.2fB", n / 1e9) : absl::StrFormat("%.1fM", n / 1e6);
     };
-    std::printf("%-12s %-14s %-10s %-8s %-14s %8s %8s %8s  %s%s\n", std::string(f.key).c_str(),
+    std::printf("%-12s %-14s %-10s %-8s %-14s %8s %8s %8s %8s %-7s  %s%s\n", std::string(f.key).c_str(),
                 std::string(f.display_name()).c_str(), std::string(f.arch()).c_str(),
                 std::string(skippy::cache::MemoryKindName(f.row().memory)).c_str(),
                 std::string(skippy::cache::PayloadKindName(f.row().payload)).c_str(),
-                fmt(Preset::kTiny).c_str(), fmt(Preset::kBench).c_str(), fmt(Preset::kReal).c_str(),
+                fmt(Preset::kTiny).c_str(), fmt(Preset::kSmall).c_str(), fmt(Preset::kBench).c_str(),
+                fmt(Preset::kReal).c_str(), std::string(f.ref_format).c_str(),
                 std::string(f.vocab).c_str(), f.vocab_note.empty() ? "" : " (stand-in)");
   }
   std::printf("\nParameter counts are approximate (from the dims; the manifest has exact counts).\n"
-              "Presets: tiny (tests), bench (benchmarks), real (real hyperparameters, where they fit).\n"
+              "Presets: tiny (tests), small (quantized-format tests), bench (benchmarks), real (real hyperparameters,\n"
+              "where they fit). ref: the weight format of the family's model ref (--format ref).\n"
               "All weights are synthetic: deterministic random values, not a trained model.\n");
 }
 
@@ -224,7 +226,7 @@ int main(int argc, char** argv) {
   app.add_option("--llama-quantize", tools.quantize, "llama-quantize binary")->capture_default_str();
   app.add_option("--llama-imatrix", tools.imatrix, "llama-imatrix binary")->capture_default_str();
   app.add_option("--threads", tools.threads, "threads for quantization")->capture_default_str();
-  app.add_option("--preset", preset_name, "tiny | bench | real")->capture_default_str();
+  app.add_option("--preset", preset_name, "tiny | small | bench | real")->capture_default_str();
   app.add_option("--out", out_dir, "output directory");
   app.add_option("--family", families, "only these family keys (repeatable); default: all");
   app.add_option("--vocab-dir", vocab_dir, "directory of ggml-vocab-*.gguf tokenizer files")->capture_default_str();
@@ -332,7 +334,6 @@ int main(int argc, char** argv) {
         {"spec_digest", info->spec_digest},
         {"generate_seconds", secs},
         {"synthetic_weights", true},
-        {"ref_format", std::string(f->ref_format)},
     };
     failures += WriteFormats(*f, file, *digest, formats, tools, force, manifest["families"][key]);
     // Written after every family so an interrupted run keeps what it finished.
