@@ -119,20 +119,56 @@ TEST(PayloadStore, BatchReleaseIsValidatedBeforeAnythingChanges) {
   EXPECT_TRUE(store->Size(pb->id).ok());
 }
 
+// Records the ids the store evicts, as an owner's on_evict would.
+struct EvictionLog {
+  std::vector<PayloadId> ids;
+  PayloadTier::OnEvict Callback() {
+    return [this](PayloadId id) { ids.push_back(id); };
+  }
+};
+
 TEST(PayloadStore, CapEvictsLeastRecentlyUsedUnpinnedPayloads) {
   auto store = Make(1024, 4096);
-  auto p1 = store->Put(Bytes(2048, 1));
-  auto p2 = store->Put(Bytes(2048, 2));
+  EvictionLog log;
+  auto p1 = store->Put(Bytes(2048, 1), log.Callback());
+  auto p2 = store->Put(Bytes(2048, 2), log.Callback());
   ASSERT_TRUE(p1.ok() && p2.ok());
   std::vector<std::byte> buf(2048);
   ASSERT_TRUE(store->Read(p1->id, buf).ok());  // p2 becomes least recently used
-  auto p3 = store->Put(Bytes(2048, 3));
+  auto p3 = store->Put(Bytes(2048, 3), log.Callback());
   ASSERT_TRUE(p3.ok());
-  ASSERT_EQ(p3->evicted.size(), 1u);
-  EXPECT_EQ(p3->evicted[0], p2->id);
+  EXPECT_EQ(log.ids, std::vector<PayloadId>{p2->id});
   EXPECT_LE(store->Stats().physical_bytes, 4096u);
   EXPECT_EQ(store->Size(p2->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(store->Contains(p2->id));
+  EXPECT_TRUE(store->Contains(p1->id));
+  EXPECT_EQ(store->Usage().evictions, 1u);
   EXPECT_TRUE(store->CheckInvariants().ok());
+}
+
+TEST(PayloadStore, EvictionCallbackRunsAfterTheLockAndMayCallTheStore) {
+  auto store = Make(1024, 4096);
+  PayloadId seen = 0;
+  bool contained = true;
+  auto owner = [&](PayloadId id) {
+    seen = id;
+    contained = store->Contains(id);  // would deadlock if called under the store's lock
+  };
+  auto p1 = store->Put(Bytes(4096, 1), owner);
+  ASSERT_TRUE(p1.ok());
+  auto p2 = store->Put(Bytes(4096, 2), nullptr);
+  ASSERT_TRUE(p2.ok());
+  EXPECT_EQ(seen, p1->id);
+  EXPECT_FALSE(contained);
+  // p2 had no callback; its eviction tells nobody. An owner's own Erase does not call back.
+  seen = 0;
+  auto p3 = store->Put(Bytes(1024, 3), owner);
+  ASSERT_TRUE(p3.ok());
+  EXPECT_FALSE(store->Contains(p2->id));
+  EXPECT_EQ(seen, 0u);
+  ASSERT_TRUE(store->Erase(p3->id).ok());
+  EXPECT_EQ(seen, 0u);
+  EXPECT_EQ(store->Erase(p3->id).code(), absl::StatusCode::kNotFound);
 }
 
 TEST(PayloadStore, PinnedPayloadsAreNeverEvicted) {
@@ -150,9 +186,11 @@ TEST(PayloadStore, PinnedPayloadsAreNeverEvicted) {
   EXPECT_EQ(before.payloads, after.payloads);
   ASSERT_TRUE(store->Unpin(p2->id).ok());
   EXPECT_EQ(store->Unpin(p2->id).code(), absl::StatusCode::kFailedPrecondition);
-  p3 = store->Put(Bytes(2048, 3));
+  EvictionLog log;
+  p3 = store->Put(Bytes(2048, 3), log.Callback());
   ASSERT_TRUE(p3.ok());
-  EXPECT_EQ(p3->evicted, std::vector<PayloadId>{p2->id});
+  EXPECT_TRUE(log.ids.empty()) << "the callback belongs to the evicted payload, not to the Put";
+  EXPECT_FALSE(store->Contains(p2->id));
 }
 
 TEST(PayloadStore, EvictionNeverFreesBlocksTheNewPayloadShares) {
@@ -165,14 +203,15 @@ TEST(PayloadStore, EvictionNeverFreesBlocksTheNewPayloadShares) {
   next.insert(next.end(), extra.begin(), extra.end());
   auto p2 = store->Put(next);  // 2048 shared + 1024 new = 3072: fits without eviction
   ASSERT_TRUE(p2.ok());
-  EXPECT_TRUE(p2->evicted.empty());
+  EXPECT_TRUE(store->Contains(p1->id));
   // Shares block A with p1 and p2; needs one new block. Evicting p1 frees nothing (p2 holds
   // A and B), evicting p2 frees B and C but must keep A for the new payload.
   std::vector<std::byte> again(shared.begin(), shared.begin() + 1024);
   auto fresh = Bytes(1024, 11);
   again.insert(again.end(), fresh.begin(), fresh.end());
   auto p3 = store->Put(again);
-  EXPECT_EQ(p3->evicted.size(), 2u);
+  EXPECT_FALSE(store->Contains(p1->id));
+  EXPECT_FALSE(store->Contains(p2->id));
   EXPECT_EQ(store->Stats().physical_bytes, 2048u);
   ASSERT_TRUE(p3.ok()) << p3.status();
   EXPECT_TRUE(store->CheckInvariants().ok()) << store->CheckInvariants();

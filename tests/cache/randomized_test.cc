@@ -466,6 +466,7 @@ void RunStoreSeed(uint32_t seed, int ops) {
   std::map<PayloadId, std::vector<std::byte>> live;  // payload contents by id
   std::map<PayloadId, int> pins;
   std::set<PayloadId> released_pinned;
+  std::vector<PayloadId> evicted;  // told through each payload's on_evict, during the Put that evicts it
   for (int op = 0; op < ops; ++op) {
     int choice = uni(0, 99);
     if (choice < 40) {
@@ -476,13 +477,15 @@ void RunStoreSeed(uint32_t seed, int ops) {
         data.insert(data.end(), p.begin(), p.end());
       }
       data.resize(data.size() - uni(0, static_cast<int>(block) - 1));
-      auto put = store->Put(data);
+      evicted.clear();
+      auto put = store->Put(data, [&evicted](PayloadId e) { evicted.push_back(e); });
+      for (PayloadId e : evicted) {
+        ASSERT_TRUE(live.count(e)) << "evicted an unknown payload";
+        ASSERT_EQ(pins[e], 0) << "evicted a pinned payload";
+        ASSERT_FALSE(store->Contains(e));
+        live.erase(e);
+      }
       if (put.ok()) {
-        for (PayloadId e : put->evicted) {
-          ASSERT_TRUE(live.count(e)) << "evicted an unknown payload";
-          ASSERT_EQ(pins[e], 0) << "evicted a pinned payload";
-          live.erase(e);
-        }
         live[put->id] = data;
       } else {
         ASSERT_TRUE(put.status().code() == absl::StatusCode::kResourceExhausted ||

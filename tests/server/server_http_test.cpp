@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "server_process.h"
@@ -372,11 +373,28 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
   // Prompt longer than the context (512): a token array of 600 ids.
   json long_prompt = {{"prompt", std::vector<int>(600, 1000)}, {"n_predict", 1}};
   cases.push_back({"prompt over context", "/completion", long_prompt.dump(), 400});
+  // The error codes clients branch on (typed at the source, never read off the message).
+  const std::map<std::string, std::string> codes = {
+      {"malformed json", "invalid_json"},
+      {"unknown field", "unknown_field"},
+      {"n > 1", "unsupported_field"},
+      {"logprobs with stream", "unsupported_field"},
+      {"negative max_tokens", "invalid_request"},
+      {"huge max_tokens", "invalid_max_tokens"},
+      {"n_predict over context", "context_length_exceeded"},
+      {"prompt over context", "context_length_exceeded"},
+      {"token id past vocab", "invalid_prompt"},
+      {"oversized body", "body_too_large"},
+  };
   for (const Case& k : cases) {
     auto r = c->Post(k.path, k.body, "application/json");
     ASSERT_TRUE(r) << k.name;
     EXPECT_EQ(r->status, k.status) << k.name << ": " << r->body;
-    ExpectErrorBody(json::parse(r->body, nullptr, false), k.name);
+    const json body = json::parse(r->body, nullptr, false);
+    ExpectErrorBody(body, k.name);
+    if (auto it = codes.find(k.name); it != codes.end() && body.is_object() && body.contains("error")) {
+      EXPECT_EQ(body["error"].value("code", ""), it->second) << k.name << ": " << r->body;
+    }
   }
   auto nf = c->Get("/no/such/route");
   ASSERT_TRUE(nf);

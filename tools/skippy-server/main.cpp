@@ -65,11 +65,6 @@ int main(int argc, char** argv) {
                "measuring them; on repacked quantized weights the startup check then turns the cache off)");
   app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_flag("--kv-unified", o.kv_unified,
-               "one KV stream for all lanes plus resident cache sequences (zero-copy ResidentKv tier)");
-  app.add_option("--cache-tokens", o.cache_tokens, "with --kv-unified: KV cells for resident entries (beyond: spilled)")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  app.add_option("--cache-seqs", o.cache_seqs, "with --kv-unified: resident cache sequences")->capture_default_str()->check(CLI::Range(1, 192));
   app.add_option("--exact-min-batch", o.min_exact_batch,
                  "smallest prefill batch of the long class (default: 64 with flash attention on, 2 off); for builds "
                  "whose kernels draw the line elsewhere. The startup batch-split check proves it, or the cache is off")
@@ -119,14 +114,6 @@ int main(int argc, char** argv) {
   }
   if (o.record_tail == 1) {
     std::fprintf(stderr, "skippy-server: --cache-record-tail must be 0 or at least 2 (a one-row batch is a class of its own)\n");
-    return 2;
-  }
-  if (o.kv_unified && o.cache_enabled) {
-    // Never served approximately: see src/skippy/cache/TODO.md, "Serving layout".
-    std::fprintf(stderr,
-                 "skippy-server: --kv-unified is disabled with the cache on: a lane sharing cells with resident cache "
-                 "sequences sits at other cell indices than a recompute, and CPU flash attention groups cells by "
-                 "index, so its log-probabilities differ from --no-cache\n");
     return 2;
   }
   for (const std::string& k : api_keys) {

@@ -50,6 +50,7 @@ struct Payload {
   uint32_t pins = 0;
   bool released = false;
   uint64_t last_use = 0;
+  PayloadTier::OnEvict on_evict;  // told when the cap evicts it
 };
 
 // XXH3-128 of a block; equal to skippy::Hash128(bytes) (CheckInvariants verifies this), but using
@@ -176,7 +177,7 @@ PayloadStore::~PayloadStore() {
   }
 }
 
-StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes) {
+StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes, OnEvict on_evict) {
   if (bytes.empty()) return absl::InvalidArgumentError("payload store: cannot store an empty payload");
   const size_t bs = impl_->options.block_size;  // immutable after construction
   const size_t n = (bytes.size() + bs - 1) / bs;
@@ -195,6 +196,14 @@ StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes) {
     std::span<const std::byte> blk = bytes.subspan(i * bs, std::min(bs, bytes.size() - i * bs));
     hashes[i] = CopyAndHash(copies[i].get(), blk);
   }
+  // The owners of evicted payloads are told after the lock is released (declared before it, so
+  // destroyed after it): their callbacks may call the store.
+  struct NotifyAfterUnlock {
+    std::vector<std::pair<OnEvict, PayloadId>> calls;
+    ~NotifyAfterUnlock() {
+      for (auto& [f, id] : calls) f(id);
+    }
+  } notify;
   std::lock_guard lock(mu_);
   // Speculative copies not used by the end of this call go back to the spare list.
   struct RecycleRest {
@@ -272,11 +281,12 @@ StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes) {
     if (b) ++b->refs;
   }
   for (PayloadId v : victims) {
+    if (OnEvict& f = m.payloads.find(v)->second.on_evict) notify.calls.emplace_back(std::move(f), v);
     m.Free(v);
     ++m.stats.evictions;
   }
-  result.evicted = std::move(victims);
   Payload p;
+  p.on_evict = std::move(on_evict);
   p.size = bytes.size();
   p.blocks.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -319,6 +329,18 @@ StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes) {
   m.stats.shared_block_hits += result.shared_blocks;
   m.stats.hash_collisions += collisions;
   return result;
+}
+
+bool PayloadStore::Contains(PayloadId id) const {
+  std::lock_guard lock(mu_);
+  const Payload* p = impl_->Get(id);
+  return p != nullptr && !p->released;
+}
+
+TierUsage PayloadStore::Usage() const {
+  std::lock_guard lock(mu_);
+  const PayloadStats& s = impl_->stats;
+  return {s.payloads, s.logical_bytes, s.physical_bytes, impl_->options.max_physical_bytes, s.evictions};
 }
 
 StatusOr<size_t> PayloadStore::Size(PayloadId id) const {

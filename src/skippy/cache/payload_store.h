@@ -1,4 +1,5 @@
-// PayloadStore: exported payload bytes (kv-recurrent states, full-state diagnostics), stored once.
+// PayloadStore: the memory PayloadTier. Exported payload bytes (KvRecurrent states, ResidentKv
+// exports, full-state diagnostics) in host RAM, stored once.
 //
 // A payload is split into fixed-size blocks (1 MiB by default; the last one may be shorter). Blocks
 // are content-addressed: indexed by XXH3-128 of their bytes, and a matching hash is confirmed by
@@ -9,13 +10,13 @@
 //
 // Accounting: logical bytes (sum of payload sizes), physical bytes (sum of distinct block sizes),
 // saved bytes (logical - physical). Physical bytes never exceed max_physical_bytes: Put evicts
-// unpinned payloads in least-recently-used order (Put and Read count as use) and returns their ids;
-// the caller drops whatever referenced them. If pinned payloads leave no room, Put fails with
-// ResourceExhausted and nothing changes.
+// unpinned payloads in least-recently-used order (Put and Read count as use) and calls each one's
+// on_evict (PayloadTier). If pinned payloads leave no room, Put fails with ResourceExhausted and
+// nothing changes.
 //
-// Ownership: Put returns a payload id owned by the caller until Release or eviction. Pinning is
-// LevelDB-style: a pinned payload is never evicted, and a released payload that is still pinned
-// stays readable until its last Unpin.
+// Ownership: Put returns a payload id owned by the caller until Release (Erase) or eviction.
+// Pinning is LevelDB-style: a pinned payload is never evicted, and a released payload that is
+// still pinned stays readable until its last Unpin.
 //
 // Thread-safety: every method is thread-safe (one internal mutex). Put hashes and copies new
 // blocks outside the critical section (taking the mutex briefly per block to probe the index) and
@@ -27,15 +28,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <span>
 #include <vector>
 
 #include "skippy/common/digest.h"
 #include "skippy/common/status.h"
+#include "skippy/cache/payload_tier.h"
 
 namespace skippy::cache {
-
-using PayloadId = uint64_t;  // never 0
 
 struct PayloadStoreOptions {
   size_t block_size = size_t{1} << 20;
@@ -43,13 +44,6 @@ struct PayloadStoreOptions {
   size_t max_spare_blocks = 64;  // freed full blocks kept for reuse (avoids page faults)
 
   [[nodiscard]] Status Validate() const;
-};
-
-struct PutResult {
-  PayloadId id = 0;
-  std::vector<PayloadId> evicted;  // payloads evicted to make room: drop every reference to them
-  size_t new_blocks = 0;           // blocks stored by this call
-  size_t shared_blocks = 0;        // blocks found already stored (or repeated within the payload)
 };
 
 struct PayloadStats {
@@ -71,23 +65,30 @@ struct BlockDigest {
   Sha256Digest sha256{};  // zero unless requested
 };
 
-class PayloadStore {
+class PayloadStore final : public PayloadTier {
  public:
   [[nodiscard]] static StatusOr<std::unique_ptr<PayloadStore>> Create(const PayloadStoreOptions& options);
-  ~PayloadStore();
+  ~PayloadStore() override;
 
+  std::string_view name() const override { return "memory"; }
   // Stores a copy of `bytes`. InvalidArgument for an empty payload or one whose distinct blocks
   // alone exceed the whole cap; ResourceExhausted when pinned payloads leave no room.
-  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes);
+  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes, OnEvict on_evict) override;
+  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes) { return Put(bytes, nullptr); }
 
   // Payload size. NotFound for an unknown or freed id.
-  [[nodiscard]] StatusOr<size_t> Size(PayloadId id) const;
+  [[nodiscard]] StatusOr<size_t> Size(PayloadId id) const override;
   // Copies the payload into `out`. InvalidArgument unless out.size() equals the payload size.
   [[nodiscard]] Status Read(PayloadId id, std::span<std::byte> out);
   // Copies bytes [offset, offset + out.size()) of the payload into `out` (only the blocks they span).
   // OutOfRange past the payload's end.
-  [[nodiscard]] Status ReadRange(PayloadId id, size_t offset, std::span<std::byte> out);
-  [[nodiscard]] StatusOr<std::vector<std::byte>> Get(PayloadId id);
+  [[nodiscard]] Status ReadRange(PayloadId id, size_t offset, std::span<std::byte> out) override;
+  [[nodiscard]] StatusOr<std::vector<std::byte>> Get(PayloadId id) override;
+  // True for a payload that is stored and not released.
+  bool Contains(PayloadId id) const override;
+  // Release of one id.
+  [[nodiscard]] Status Erase(PayloadId id) override { return Release(std::span(&id, 1)); }
+  TierUsage Usage() const override;
 
   [[nodiscard]] Status Pin(PayloadId id);
   // FailedPrecondition if not pinned (double unpin).

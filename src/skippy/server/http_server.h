@@ -23,16 +23,20 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "skippy/common/status.h"
 #include "skippy/server/metrics.h"
+#include "skippy/server/request.h"
 #include "skippy/server/scheduler.h"
 #include "skippy/server/server_options.h"
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace skippy::server {
@@ -48,7 +52,20 @@ class HttpServer {
   void Stop();
 
  private:
+  // The route table: every path and its handler (below), authentication, errors and the request log.
   void Routes();
+  // The cache namespace of the request's API key: "" without --api-key; nullopt for a missing or
+  // unknown key.
+  std::optional<std::string> KeyNamespace(const httplib::Request& req) const;
+
+  void Health(const httplib::Request& req, httplib::Response& res);
+  void Models(const httplib::Request& req, httplib::Response& res);
+  void MetricsText(const httplib::Request& req, httplib::Response& res);
+  void CacheStats(const httplib::Request& req, httplib::Response& res);
+  void CacheClear(const httplib::Request& req, httplib::Response& res);
+  void ApplyTemplateRoute(const httplib::Request& req, httplib::Response& res);
+  // The three generation endpoints: parse, tokenize, check the budget, queue, answer (response.h).
+  void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
 
   ServerOptions options_;
   Metrics metrics_;

@@ -2,7 +2,7 @@
 //
 // Counters are updated by the HTTP threads (requests by endpoint and status) and by the engine
 // thread (cache outcomes, tokens, TTFT); gauges (lanes busy, queue depth, cache sizes) are sampled
-// when /metrics is rendered. All members are guarded by one mutex; updates are a few integer adds.
+// when /metrics is rendered. All members are guarded by one mutex (ABSL_GUARDED_BY); updates are a few integer adds.
 #pragma once
 
 #include <array>
@@ -10,6 +10,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
 
 namespace skippy::server {
 
@@ -44,18 +46,18 @@ class Metrics {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t hits_ = 0;
-  uint64_t decoded_hits_ = 0;
-  std::map<std::string, uint64_t> misses_;
-  uint64_t matched_tokens_ = 0;
-  uint64_t recomputed_tokens_ = 0;
-  uint64_t generated_tokens_ = 0;
-  std::array<uint64_t, kTtftBuckets.size()> ttft_buckets_{};
-  uint64_t ttft_count_ = 0;
-  double ttft_sum_ = 0;
-  uint64_t rejected_ = 0;
-  uint64_t cancelled_ = 0;
+  std::map<std::pair<std::string, int>, uint64_t> requests_ ABSL_GUARDED_BY(mu_);
+  uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t decoded_hits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> misses_ ABSL_GUARDED_BY(mu_);
+  uint64_t matched_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t recomputed_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generated_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, kTtftBuckets.size()> ttft_buckets_ ABSL_GUARDED_BY(mu_){};
+  uint64_t ttft_count_ ABSL_GUARDED_BY(mu_) = 0;
+  double ttft_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace skippy::server

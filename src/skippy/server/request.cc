@@ -1,9 +1,11 @@
 #include "skippy/server/request.h"
 
+#include <algorithm>
 #include <set>
 #include <string_view>
 
 #include "skippy/common/strings.h"
+#include "skippy/server/api_error.h"
 
 namespace skippy::server {
 
@@ -132,10 +134,8 @@ Status ParseMessages(const json& m, GenerationRequest& r) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json& body) {
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+// Unknown fields are a 400: a typo must not silently run with defaults.
+Status CheckFields(Endpoint endpoint, const json& body) {
   static const std::set<std::string, std::less<>> kCommon = {
       "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
       "cache_salt", "user", "n", "ignore_eos", "presence_penalty", "frequency_penalty", "logprobs", "cache_prompt",
@@ -149,26 +149,14 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
                                                              : kLlama;
   for (auto it = body.begin(); it != body.end(); ++it) {
     if (!kCommon.contains(it.key()) && !extra.contains(it.key())) {
-      return absl::InvalidArgumentError(StrCat("unknown field '", it.key(), "'"));
+      return InvalidRequest("unknown_field", StrCat("unknown field '", it.key(), "'"));
     }
   }
 
-  GenerationRequest r;
-  r.endpoint = endpoint;
-  SKIPPY_ASSIGN_OR_RETURN(auto model, GetString(body, "model"));
-  r.model = model.value_or("");
+  return absl::OkStatus();
+}
 
-  if (endpoint == Endpoint::kChatCompletions) {
-    const json* m = Get(body, "messages");
-    if (!m) return absl::InvalidArgumentError("field 'messages' is required");
-    SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r));
-  } else {
-    const json* p = Get(body, "prompt");
-    if (!p) return absl::InvalidArgumentError("field 'prompt' is required");
-    SKIPPY_RETURN_IF_ERROR(ParsePrompt(*p, r));
-  }
-
-  // Length.
+Status ParseLength(Endpoint endpoint, const json& body, GenerationRequest& r) {
   const char* len_key = endpoint == Endpoint::kLlamaCompletion ? "n_predict" : "max_tokens";
   SKIPPY_ASSIGN_OR_RETURN(auto max_tokens, GetInt(body, len_key));
   if (endpoint == Endpoint::kLlamaCompletion && !max_tokens) {
@@ -192,7 +180,10 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
     }
   }
 
-  // Sampling.
+  return absl::OkStatus();
+}
+
+Status ParseSampling(Endpoint endpoint, const json& body, GenerationRequest& r) {
   r.sampling.temperature = endpoint == Endpoint::kLlamaCompletion ? 0.8f : 1.0f;
   SKIPPY_ASSIGN_OR_RETURN(auto temp, GetNumber(body, "temperature"));
   if (temp) {
@@ -221,7 +212,31 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
     r.seed_given = true;
   }
 
-  // Flags.
+  return absl::OkStatus();
+}
+
+Status ParseStop(const json& body, GenerationRequest& r) {
+  if (const json* stop = Get(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > 16) return absl::InvalidArgumentError("field 'stop' has more than 16 entries");
+      for (const json& s : *stop) {
+        if (!s.is_string()) return TypeError("stop", "a string or an array of strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return TypeError("stop", "a string or an array of strings");
+    }
+    for (const auto& s : r.stop) {
+      if (s.empty()) return absl::InvalidArgumentError("field 'stop' has an empty string");
+    }
+  }
+
+  return absl::OkStatus();
+}
+
+Status ParseFlags(const json& body, GenerationRequest& r) {
   SKIPPY_ASSIGN_OR_RETURN(auto stream, GetBool(body, "stream"));
   r.stream = stream.value_or(false);
   if (const json* so = Get(body, "stream_options")) {
@@ -251,31 +266,18 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   SKIPPY_ASSIGN_OR_RETURN(auto user, GetString(body, "user"));
   (void)user;
 
-  if (const json* stop = Get(body, "stop")) {
-    if (stop->is_string()) {
-      r.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array()) {
-      if (stop->size() > 16) return absl::InvalidArgumentError("field 'stop' has more than 16 entries");
-      for (const json& s : *stop) {
-        if (!s.is_string()) return TypeError("stop", "a string or an array of strings");
-        r.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return TypeError("stop", "a string or an array of strings");
-    }
-    for (const auto& s : r.stop) {
-      if (s.empty()) return absl::InvalidArgumentError("field 'stop' has an empty string");
-    }
-  }
+  return absl::OkStatus();
+}
 
-  // Accepted only with their neutral values.
+// Fields OpenAI clients send that skippy does not implement: accepted with their neutral values only.
+Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest& r) {
   SKIPPY_ASSIGN_OR_RETURN(auto n, GetInt(body, "n"));
-  if (n && *n != 1) return absl::InvalidArgumentError("unsupported: 'n' must be 1");
+  if (n && *n != 1) return InvalidRequest("unsupported_field", "unsupported: 'n' must be 1");
   SKIPPY_ASSIGN_OR_RETURN(auto best_of, GetInt(body, "best_of"));
-  if (best_of && *best_of != 1) return absl::InvalidArgumentError("unsupported: 'best_of' must be 1");
+  if (best_of && *best_of != 1) return InvalidRequest("unsupported_field", "unsupported: 'best_of' must be 1");
   for (const char* k : {"presence_penalty", "frequency_penalty"}) {
     SKIPPY_ASSIGN_OR_RETURN(auto v, GetNumber(body, k));
-    if (v && *v != 0) return absl::InvalidArgumentError(StrCat("unsupported: '", k, "' must be 0"));
+    if (v && *v != 0) return InvalidRequest("unsupported_field", StrCat("unsupported: '", k, "' must be 0"));
   }
   if (endpoint == Endpoint::kChatCompletions) {
     // OpenAI chat logprobs: the chosen token's and the top_logprobs most likely tokens' (0..kMaxProbs).
@@ -296,30 +298,56 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
       return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs': true");
     }
     if (lp.value_or(false)) {
-      if (r.stream) return absl::InvalidArgumentError("unsupported: 'logprobs' with 'stream'");
+      if (r.stream) return InvalidRequest("unsupported_field", "unsupported: 'logprobs' with 'stream'");
       r.chat_logprobs = true;
       r.top_logprobs = static_cast<int32_t>(top.value_or(0));
       r.n_probs = std::max<int32_t>(1, r.top_logprobs);
     }
   } else if (const json* lp = Get(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
                                                      !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
-    return absl::InvalidArgumentError("unsupported: 'logprobs'");
+    return InvalidRequest("unsupported_field", "unsupported: 'logprobs'");
   }
   SKIPPY_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
-  if (echo.value_or(false)) return absl::InvalidArgumentError("unsupported: 'echo'");
+  if (echo.value_or(false)) return InvalidRequest("unsupported_field", "unsupported: 'echo'");
   SKIPPY_ASSIGN_OR_RETURN(auto suffix, GetString(body, "suffix"));
-  if (suffix && !suffix->empty()) return absl::InvalidArgumentError("unsupported: 'suffix'");
+  if (suffix && !suffix->empty()) return InvalidRequest("unsupported_field", "unsupported: 'suffix'");
   SKIPPY_ASSIGN_OR_RETURN(auto id_slot, GetInt(body, "id_slot"));
   (void)id_slot;
   SKIPPY_ASSIGN_OR_RETURN(auto t_max, GetInt(body, "t_max_predict_ms"));
   (void)t_max;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  SKIPPY_RETURN_IF_ERROR(CheckFields(endpoint, body));
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  SKIPPY_ASSIGN_OR_RETURN(auto model, GetString(body, "model"));
+  r.model = model.value_or("");
+  if (endpoint == Endpoint::kChatCompletions) {
+    const json* m = Get(body, "messages");
+    if (!m) return absl::InvalidArgumentError("field 'messages' is required");
+    SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r));
+  } else {
+    const json* p = Get(body, "prompt");
+    if (!p) return absl::InvalidArgumentError("field 'prompt' is required");
+    SKIPPY_RETURN_IF_ERROR(ParsePrompt(*p, r));
+  }
+  SKIPPY_RETURN_IF_ERROR(ParseLength(endpoint, body, r));
+  SKIPPY_RETURN_IF_ERROR(ParseSampling(endpoint, body, r));
+  SKIPPY_RETURN_IF_ERROR(ParseFlags(body, r));
+  SKIPPY_RETURN_IF_ERROR(ParseStop(body, r));
+  SKIPPY_RETURN_IF_ERROR(ParseNeutralFields(endpoint, body, r));
   return r;
 }
 
 StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& body) {
   if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   for (auto it = body.begin(); it != body.end(); ++it) {
-    if (it.key() != "messages") return absl::InvalidArgumentError(StrCat("unknown field '", it.key(), "'"));
+    if (it.key() != "messages") return InvalidRequest("unknown_field", StrCat("unknown field '", it.key(), "'"));
   }
   const json* m = Get(body, "messages");
   if (!m) return absl::InvalidArgumentError("field 'messages' is required");
@@ -349,6 +377,26 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
   SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
   return out;
+}
+
+StatusOr<int64_t> CheckBudget(const Budget& b, size_t prompt_tokens, int64_t max_tokens) {
+  const int64_t ctx = b.context;
+  const auto n = static_cast<int64_t>(prompt_tokens);
+  const int64_t max_prompt = b.max_prompt_tokens > 0 ? std::min(b.max_prompt_tokens, ctx) : ctx;
+  if (n > max_prompt) {
+    return InvalidRequest("context_length_exceeded", StrCat("the prompt has ", n, " tokens; the limit is ", max_prompt,
+                                                            " (context ", ctx, " per request)"));
+  }
+  if (max_tokens < 0) return std::max<int64_t>(0, std::min(b.default_max_tokens, ctx - n));
+  const int64_t limit = b.max_tokens_limit > 0 ? std::min(b.max_tokens_limit, ctx) : ctx;
+  if (max_tokens > limit) {
+    return InvalidRequest("invalid_max_tokens", StrCat("max_tokens ", max_tokens, " exceeds the limit of ", limit));
+  }
+  if (n + max_tokens > ctx) {
+    return InvalidRequest("context_length_exceeded", StrCat("prompt (", n, " tokens) + max_tokens (", max_tokens,
+                                                            ") exceeds the context of ", ctx, " tokens per request"));
+  }
+  return max_tokens;
 }
 
 }  // namespace skippy::server

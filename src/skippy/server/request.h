@@ -10,7 +10,7 @@
 //   - Types are strict: "max_tokens": "8" is 400.
 //   - max_tokens / n_predict: 0 evaluates the prompt only, n_predict -1 (or absent) means the
 //     server default; any other negative value is 400. The bound against the context is checked
-//     after tokenization (CheckBudget).
+//     after tokenization (CheckBudget), before the request is queued.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -74,5 +74,18 @@ struct PreparedPrompt {
 // Tokenizes (rendering chat messages with the model's template) and validates token ids.
 // InvalidArgument for an empty prompt or an id outside the vocabulary.
 [[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request);
+
+// The limits a tokenized request is checked against (ServerOptions).
+struct Budget {
+  int64_t context = 2048;            // prompt + generated tokens per request
+  int64_t max_prompt_tokens = 0;     // 0: the context
+  int64_t max_tokens_limit = 0;      // 0: the context
+  int64_t default_max_tokens = 256;  // when the request gives none (cut to what the context leaves)
+};
+
+// The number of tokens to generate for a prompt of `prompt_tokens` tokens and a request's
+// max_tokens (-1: the default). InvalidArgument with API code "context_length_exceeded" when the
+// prompt, or the prompt plus max_tokens, does not fit; "invalid_max_tokens" past the limit.
+[[nodiscard]] StatusOr<int64_t> CheckBudget(const Budget& budget, size_t prompt_tokens, int64_t max_tokens);
 
 }  // namespace skippy::server

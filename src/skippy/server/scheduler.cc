@@ -7,7 +7,9 @@
 
 #include "skippy/certify/lane_batching.h"
 #include "skippy/common/strings.h"
+#include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sampler.h"
+#include "skippy/server/cache_stats.h"
 
 namespace skippy::server {
 
@@ -20,26 +22,18 @@ namespace {
 ApiError ClientWentAway() { return {499, "invalid_request_error", "cancelled", "the client went away"}; }
 ApiError ShuttingDown() { return {503, "server_error", "shutting_down", "the server is stopping"}; }
 
-TokenLogprobs::Candidate MakeCandidate(const runtime::Model& model, Token id, double logprob) {
-  auto piece = runtime::TokenPiece(model, id);
-  return {id, piece.ok() ? *piece : std::string(), logprob};
-}
-
-// Log-softmax in double over the whole vocabulary, so equal logits give equal numbers.
-TokenLogprobs Logprobs(const runtime::Model& model, const std::vector<float>& logits, Token chosen, int32_t n) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const double log_z = static_cast<double>(max) + std::log(sum);
-  std::vector<Token> order(logits.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<Token>(i);
-  const size_t top = std::min<size_t>(static_cast<size_t>(n), order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
-                    [&](Token a, Token b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
-  TokenLogprobs out;
-  out.chosen = MakeCandidate(model, chosen, logits[chosen] - log_z);
-  for (size_t i = 0; i < top; ++i) out.top.push_back(MakeCandidate(model, order[i], logits[order[i]] - log_z));
-  return out;
+lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
+  lane_cache::LaneCacheOptions lo;
+  lo.enabled = o.cache_enabled;
+  lo.record_stride = o.record_stride;
+  lo.max_records = o.max_records;
+  lo.record_tail = o.record_tail;
+  lo.prefill_chunk = o.prefill_chunk;
+  lo.max_entries = o.cache_entries;
+  lo.max_bytes = std::max<uint64_t>(1, o.cache_ram_mib) << 20;
+  lo.decoded_entries = o.decoded_entries;
+  lo.decoded_bytes = std::max<uint64_t>(1, o.decoded_ram_mib) << 20;
+  return lo;
 }
 
 double MsBetween(Clock::time_point a, Clock::time_point b) {
@@ -47,56 +41,6 @@ double MsBetween(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Job
-
-Job::View Job::Snapshot() const { return view_; }
-
-Job::View Job::WaitFor(size_t have_tokens, std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return view_.done || view_.tokens.size() > have_tokens; });
-  return Snapshot();
-}
-
-Job::View Job::Wait() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return view_.done; });
-  return Snapshot();
-}
-
-void Job::Append(Token token, const std::string& piece, bool* stop_hit, std::optional<TokenLogprobs> logprobs) {
-  std::lock_guard lock(mu_);
-  view_.tokens.push_back(token);
-  if (logprobs) view_.logprobs.push_back(*std::move(logprobs));
-  const size_t old = view_.text.size();
-  view_.text += piece;
-  *stop_hit = false;
-  for (const std::string& s : request_.stop) {
-    const size_t from = old >= s.size() ? old - s.size() + 1 : 0;
-    const size_t at = view_.text.find(s, from);
-    if (at != std::string::npos) {
-      view_.text.resize(at);
-      *stop_hit = true;
-      break;
-    }
-  }
-  cv_.notify_all();
-}
-
-void Job::SetTimings(const JobTimings& t) {
-  std::lock_guard lock(mu_);
-  view_.timings = t;
-}
-
-void Job::Finish(std::string finish_reason, std::optional<ApiError> error, const JobTimings& timings) {
-  std::lock_guard lock(mu_);
-  view_.done = true;
-  view_.finish_reason = std::move(finish_reason);
-  view_.error = std::move(error);
-  view_.timings = timings;
-  cv_.notify_all();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Scheduler
@@ -107,7 +51,7 @@ Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::mo
   const auto min_batch = static_cast<uint32_t>(runtime::MinExactBatch(options_.flash_attn, options_.min_exact_batch));
   options_.n_batch = std::max<uint32_t>(options_.n_batch, 2 * min_batch);
   options_.prefill_chunk = std::clamp<uint32_t>(options_.prefill_chunk, 2 * min_batch, options_.n_batch);
-  // A tail record leaves at least one short batch (ServingCache::Plan makes it a long one after a
+  // A tail record leaves at least one short batch (lane_cache::PlanPrefill makes it a long one after a
   // long message).
   if (options_.record_tail != 0) {
     options_.record_tail = std::max<uint32_t>(options_.record_tail, cache::BatchClasses::kMinShortBatch);
@@ -128,41 +72,51 @@ Status Scheduler::Load() {
   eo.context.flash_attn = options_.flash_attn;
   eo.min_exact_batch = options_.min_exact_batch;
   eo.lane_count = options_.lane_count;
-  eo.context.kv_unified = options_.kv_unified;
   // A lane stepping with others writes a pad row after its last token (Engine::DecodeStep). llama.cpp
   // rounds a lane's cells up to a multiple of 256, so with -c a multiple of 256 this costs 256
   // cells per lane (also for recurrent models, which then decode one lane at a time: the model is
   // not known before the context is made).
-  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching && !options_.kv_unified ? 1 : 0;
-  if (options_.kv_unified) {
-    // One stream: lanes * per-lane context + cells for resident cache entries. Sliding-window
-    // models get a full-size SWA cache: resident entries recorded mid-prefill pin the window cells
-    // they share with the lane, and the default SWA cache (window x sequences + one ubatch) runs out
-    // of cells after a few of them (llama_decode then finds no slot).
-    eo.context.n_ctx = (options_.ctx_per_lane + pad) * options_.lane_count + options_.cache_tokens;
-    eo.context.swa_full = true;
-    eo.cache_seq_count = std::max<uint32_t>(1, options_.cache_seqs);
-  } else {
-    // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences.
-    // Sliding-window layers get the full per-lane size too, so a lane never overwrites its own
-    // older cells within its context: its last prompt can be cut back to a shared prefix
-    // (ServingCache::LaneReuse), and new cells always land in position order.
-    eo.context.n_ctx = (options_.ctx_per_lane + pad) * options_.lane_count;
-    eo.context.swa_full = true;
-    eo.cache_seq_count = 0;
-  }
+  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching ? 1 : 0;
+  // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences: a
+  // lane's cells start at cell 0 of its own stream, so a restored prefix sits exactly where a
+  // recompute puts it. Sliding-window layers get the full per-lane size too, so a lane never
+  // overwrites its own older cells within its context: its last prompt can be cut back to a
+  // shared prefix (lane_cache::FamilyStrategy::LaneKeep), and new cells always land in position order.
+  eo.context.kv_unified = false;
+  eo.context.n_ctx = (options_.ctx_per_lane + pad) * options_.lane_count;
+  eo.context.swa_full = true;
+  eo.cache_seq_count = 0;
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
   if (!engine_->family().enabled) {
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
   }
-  SKIPPY_ASSIGN_OR_RETURN(cache_, ServingCache::Create(options_, *engine_));
+  SKIPPY_ASSIGN_OR_RETURN(backend_, lane_cache::EngineBackend::Create(*engine_, options_.prefill_chunk));
+  lane_cache::LaneCacheOptions lo = CacheOptionsOf(options_);
+  if (lo.enabled && engine_->family().enabled) {
+    // Restores are exact only if prefill results do not depend on where batches are cut (above
+    // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
+    lane_cache::ServeCheck check = lane_cache::CheckBeforeServing(*engine_);
+    batch_split_json_ = std::move(check.report);
+    if (!check.passed) {
+      lo.enabled = false;
+      lo.disabled_reason = check.reason;
+      std::fprintf(stderr, "skippy-server: the cache is off: %s\n", check.reason.c_str());
+    }
+  }
+  SKIPPY_ASSIGN_OR_RETURN(cache_, lane_cache::LaneCache::Create(lo, *backend_));
+  DecideLaneBatching();
+  lanes_.resize(options_.lane_count);
+  thread_ = std::thread([this] { Loop(); });
+  ready_ = true;
+  return absl::OkStatus();
+}
+
+void Scheduler::DecideLaneBatching() {
   std::string no_batching;
   if (options_.lane_count < 2) {
     no_batching = "one lane";
   } else if (!options_.lane_batching) {
     no_batching = "off (--lane-batching turns it on)";
-  } else if (options_.kv_unified) {
-    no_batching = "--kv-unified: the lanes share one KV stream, so their cells interleave with the traffic";
   } else if (2 * options_.lane_count > engine_->context().options().n_ubatch) {
     no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", 2 * options_.lane_count,
                          " rows, more than the batch of ", engine_->context().options().n_ubatch);
@@ -182,11 +136,6 @@ Status Scheduler::Load() {
       std::fprintf(stderr, "skippy-server: lanes decode one at a time: %s\n", no_batching.c_str());
     }
   }
-  lanes_.resize(options_.lane_count);
-  held_.resize(options_.lane_count);
-  thread_ = std::thread([this] { Loop(); });
-  ready_ = true;
-  return absl::OkStatus();
 }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
@@ -217,7 +166,12 @@ StatusOr<size_t> Scheduler::ClearCache(const std::optional<std::string>& ns) {
 
 nlohmann::json Scheduler::CacheStats() const {
   if (!ready_) return nlohmann::json::object();
-  nlohmann::json j = cache_->StatsJson();
+  nlohmann::json j = CacheStatsJson(cache_->Stats());
+  j["batch_split"] = batch_split_json_;
+  j["batch_invariant"] = runtime::BatchInvariant();
+  j["flash_attn"] = options_.flash_attn;
+  j["family"] = engine_->family().family_key;
+  j["payload"] = std::string(cache::PayloadKindName(engine_->family().payload));
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
   return j;
@@ -232,7 +186,7 @@ Gauges Scheduler::gauges() const {
     g.lanes_busy = static_cast<uint32_t>(busy_);
     g.queue_depth = queue_.size();
   }
-  if (ready_) cache_->FillGauges(g);
+  if (ready_) FillCacheGauges(cache_->Stats(), g);
   return g;
 }
 
@@ -357,22 +311,11 @@ void Scheduler::StartJob(int32_t id) {
   }
   lane.sampler = std::move(*sampler);
 
-  lane.scope = cache_->Scope(job.tenant_namespace());
-  lane.classes = cache_->Classes(prompt.size(), job.prompt().message_boundaries);
-  size_t lane_tokens = 0, lane_prompt_tokens = 0;
-  LaneMemory& held = held_[static_cast<size_t>(id)];
-  if ((cache_->LaneReuse() || cache_->HybridLaneReuse()) && held.cache_namespace == lane.scope.cache_namespace) {
-    const size_t limit = std::min(held.tokens.size(), prompt.size());
-    while (lane_tokens < limit && held.tokens[lane_tokens] == prompt[lane_tokens]) ++lane_tokens;
-    lane_prompt_tokens = held.tokens.size();
-  }
-  const cache::BatchClasses lane_classes = std::move(held.classes);
-  held = LaneMemory{};  // the lane changes from here on
   const Clock::time_point restore_start = Clock::now();
-  RestoreOutcome r =
-      cache_->Restore(id, lane.scope, prompt, lane.classes, lane_tokens, lane_prompt_tokens, &lane_classes);
+  lane_cache::JobStart r =
+      cache_->Begin(id, job.tenant_namespace(), prompt, job.prompt().message_boundaries);
   lane.timings.restore_ms = MsBetween(restore_start, Clock::now());
-  lane.plan = cache_->Plan(prompt, job.prompt().message_boundaries, lane.classes, r.restored, r.branch);
+  lane.chunk_ends = std::move(r.chunk_ends);
   lane.pos = r.restored;
   lane.timings.cache_n = r.restored;
   lane.timings.prompt_n = prompt.size() - r.restored;
@@ -393,7 +336,7 @@ void Scheduler::StartJob(int32_t id) {
     return;
   }
   lane.next_chunk = 0;
-  while (lane.next_chunk < lane.plan.chunk_ends.size() && lane.plan.chunk_ends[lane.next_chunk] <= lane.pos) {
+  while (lane.next_chunk < lane.chunk_ends.size() && lane.chunk_ends[lane.next_chunk] <= lane.pos) {
     ++lane.next_chunk;
   }
   lane.phase = Phase::kPrefill;
@@ -403,7 +346,7 @@ void Scheduler::PrefillChunk(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   const std::vector<Token>& prompt = job.prompt().tokens;
-  const size_t end = lane.plan.chunk_ends[lane.next_chunk];
+  const size_t end = lane.chunk_ends[lane.next_chunk];
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
   if (end == prompt.size()) {
     auto logits = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));
@@ -419,48 +362,23 @@ void Scheduler::PrefillChunk(int32_t id) {
   }
   lane.pos = end;
   ++lane.next_chunk;
-  const auto& rb = lane.plan.record_boundaries;
-  if (end < prompt.size() && std::binary_search(rb.begin(), rb.end(), end)) {
+  if (end < prompt.size()) {
     const Clock::time_point record_start = Clock::now();
-    if (cache_->DefersRecurrentRecords()) {
-      if (auto p = cache_->CopyRecurrentState(id, end)) lane.pending.push_back(std::move(*p));
-    } else if (!cache_->ExactBoundaryResident()) {
-      cache_->RecordRecurrent(id, lane.scope, std::span(prompt.data(), end), lane.classes);
-    } else {
-      cache_->RecordResident(id, lane.scope, std::span(prompt.data(), end), lane.classes);
-    }
+    cache_->AtBoundary(id, end);  // the records planned there, if any
     lane.timings.record_ms += MsBetween(record_start, Clock::now());
   }
   if (lane.pos == prompt.size()) {
     lane.prefill_done = Clock::now();
-    lane.record_prompt_end = true;  // recorded once the first token is out (RecordPromptEnd)
     lane.phase = Phase::kGenerate;
     EmitToken(id);
   }
-}
-
-void Scheduler::RecordPromptEnd(int32_t id) {
-  Lane& lane = lanes_[id];
-  if (!lane.record_prompt_end) return;
-  lane.record_prompt_end = false;
-  const std::vector<Token>& prompt = lane.job->prompt().tokens;
-  const auto& rb = lane.plan.record_boundaries;
-  const bool record_prompt = std::binary_search(rb.begin(), rb.end(), prompt.size());
-  if (cache_->DefersRecurrentRecords()) {
-    cache_->RecordDeferred(id, lane.scope, prompt, lane.classes, record_prompt, lane.pending);
-    lane.pending.clear();
-  } else if (!cache_->ExactBoundaryResident() && record_prompt) {
-    cache_->RecordRecurrent(id, lane.scope, prompt, lane.classes);
-  }
-  cache_->RecordResident(id, lane.scope, prompt, lane.classes);
-  cache_->PutDecoded(lane.scope, prompt, lane.classes, lane.logits);
 }
 
 void Scheduler::EmitToken(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   if (lane.generated >= job.max_tokens()) {
-    RecordPromptEnd(id);
+    cache_->AfterFirstToken(id, lane.logits);
     FinishLane(id, "length", std::nullopt);
     return;
   }
@@ -470,7 +388,7 @@ void Scheduler::EmitToken(int32_t id) {
     metrics_.ObserveTtft(lane.timings.ttft_ms / 1000.0);
   }
   if (!job.request().ignore_eos && runtime::IsEndOfGeneration(engine_->model(), tok)) {
-    RecordPromptEnd(id);
+    cache_->AfterFirstToken(id, lane.logits);
     FinishLane(id, "stop", std::nullopt);
     return;
   }
@@ -480,8 +398,9 @@ void Scheduler::EmitToken(int32_t id) {
   if (job.request().n_probs > 0) logprobs = Logprobs(engine_->model(), lane.logits, tok, job.request().n_probs);
   job.Append(tok, piece.ok() ? *piece : std::string(), &stop_hit, std::move(logprobs));
   ++lane.generated;
-  // The client has its first token; the lane still holds exactly the prompt.
-  RecordPromptEnd(id);
+  // The client has its first token; the lane still holds exactly the prompt. Its records are made
+  // now, off the time to first token (later calls do nothing).
+  cache_->AfterFirstToken(id, lane.logits);
   if (stop_hit) {
     FinishLane(id, "stop", std::nullopt);
     return;
@@ -536,24 +455,9 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
 
 void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiError> error) {
   Lane& lane = lanes_[id];
-  // Keep the prompt's KV for the next request when it was fully computed (generated tokens are
-  // cut off: they were decoded one at a time, not in the prompt's batches).
-  LaneMemory& held = held_[static_cast<size_t>(id)];
-  held = LaneMemory{};
-  // A hybrid lane keeps everything: its recurrent state cannot be cut, but its attention KV of the
-  // prompt serves the next request with only a recurrent state restored (HybridLaneReuse).
+  // The lane keeps its prompt for the next request when it was fully computed, or is cleared.
   const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
-  const auto len = static_cast<int32_t>(n);
-  const bool keep = !error && n > 0 && lane.pos >= n &&
-                    ((cache_->LaneReuse() && engine_->Truncate(id, len).ok() && engine_->SequenceLength(id) == len) ||
-                     (cache_->HybridLaneReuse() && engine_->SequenceLength(id) >= len));
-  if (keep) {
-    held.tokens = lane.job->prompt().tokens;
-    held.cache_namespace = lane.scope.cache_namespace;
-    held.classes = lane.classes;
-  } else {
-    (void)engine_->Clear(id);
-  }
+  cache_->Finish(id, !error && n > 0 && lane.pos >= n);
   const Clock::time_point now = Clock::now();
   if (lane.prefill_done != Clock::time_point{}) {
     lane.timings.prompt_ms = MsBetween(lane.started, lane.prefill_done);

@@ -1,7 +1,7 @@
 // Scheduler: owns the Engine on one engine thread and runs requests on its lanes.
 //
 // Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
-// engine thread is the only thread that touches the Engine and the ServingCache. It admits queued
+// engine thread is the only thread that touches the Engine and the LaneCache. It admits queued
 // jobs into free lanes at the start of each round and after each lane's step within it (a job
 // that finds a free lane starts after the step in progress), and round-robins the busy lanes one
 // step at a time: a step is one prefill chunk or one generated token, and a new job's first step
@@ -39,93 +39,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "skippy/lane_cache/engine_backend.h"
+#include "skippy/lane_cache/lane_cache.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/server/api_error.h"
+#include "skippy/server/job.h"
 #include "skippy/server/metrics.h"
 #include "skippy/server/request.h"
 #include "skippy/server/server_options.h"
-#include "skippy/server/serving_cache.h"
 
 namespace skippy::server {
-
-using Clock = std::chrono::steady_clock;
-
-struct JobTimings {
-  size_t cache_n = 0;       // prompt tokens restored from the cache
-  size_t prompt_n = 0;      // prompt tokens prefilled
-  double prompt_ms = 0;     // lane start to the first token's logits
-  size_t predicted_n = 0;
-  double predicted_ms = 0;
-  double queue_ms = 0;      // arrival to lane start
-  double ttft_ms = 0;       // arrival to the first generated token (server side)
-  double restore_ms = 0;    // the cache lookup and restore (import, lane cut), part of prompt_ms
-  double record_ms = 0;     // records taken during prefill (before the first token), part of prompt_ms
-  bool decoded_result_hit = false;
-  std::string cache_payload;     // payload restored from, "" on a miss
-  std::string cache_miss_reason; // "" on a hit
-};
-
-// One generated token's log-probability and the most likely alternatives (GenerationRequest::n_probs),
-// from the full-vocabulary log-softmax of the logits it was sampled from.
-struct TokenLogprobs {
-  struct Candidate {
-    runtime::Token id = 0;
-    std::string piece;
-    double logprob = 0;
-  };
-  Candidate chosen;
-  std::vector<Candidate> top;  // n_probs most likely, descending (ties: lower id first)
-};
-
-class Job {
- public:
-  Job(GenerationRequest request, PreparedPrompt prompt, std::string tenant_namespace, int64_t max_tokens)
-      : request_(std::move(request)), prompt_(std::move(prompt)), namespace_(std::move(tenant_namespace)),
-        max_tokens_(max_tokens), arrival_(Clock::now()) {}
-
-  const GenerationRequest& request() const { return request_; }
-  const PreparedPrompt& prompt() const { return prompt_; }
-  const std::string& tenant_namespace() const { return namespace_; }
-  int64_t max_tokens() const { return max_tokens_; }
-  Clock::time_point arrival() const { return arrival_; }
-
-  // What the handler reads, under the job's lock.
-  struct View {
-    std::vector<runtime::Token> tokens;  // generated ids
-    std::vector<TokenLogprobs> logprobs; // one per token when request().n_probs > 0
-    std::string text;                    // generated text (stop string removed)
-    bool done = false;
-    std::optional<ApiError> error;
-    std::string finish_reason;           // "stop" or "length"
-    JobTimings timings;
-  };
-  // Blocks until the job has more than `have_tokens` tokens or is done, or `timeout` passes.
-  View WaitFor(size_t have_tokens, std::chrono::milliseconds timeout);
-  View Wait();
-
-  void Cancel() { cancelled_ = true; }
-  bool cancelled() const { return cancelled_; }
-
-  // Engine side.
-  void Append(runtime::Token token, const std::string& piece, bool* stop_hit,
-              std::optional<TokenLogprobs> logprobs = std::nullopt);
-  void Finish(std::string finish_reason, std::optional<ApiError> error, const JobTimings& timings);
-  void SetTimings(const JobTimings& t);
-
- private:
-  View Snapshot() const;
-
-  GenerationRequest request_;
-  PreparedPrompt prompt_;
-  std::string namespace_;
-  int64_t max_tokens_;
-  Clock::time_point arrival_;
-  std::atomic<bool> cancelled_{false};
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  View view_;
-};
 
 class Scheduler {
  public:
@@ -157,9 +81,7 @@ class Scheduler {
   struct Lane {
     std::shared_ptr<Job> job;
     Phase phase = Phase::kStart;
-    cache::PrefixScope scope;
-    cache::BatchClasses classes;  // the prompt's (ServingCache::Classes)
-    PrefillPlan plan;
+    std::vector<size_t> chunk_ends;  // the prefill plan (lane_cache::JobStart)
     size_t next_chunk = 0;
     size_t pos = 0;  // tokens in the lane
     std::vector<float> logits;
@@ -169,10 +91,10 @@ class Scheduler {
     Clock::time_point prefill_done;
     int64_t generated = 0;
     runtime::Token next_token = 0;  // streamed, decoded at the next step (Phase::kGenerate)
-    bool record_prompt_end = false;  // prompt-end records still to make (after the first token)
-    std::vector<PendingRecord> pending;  // boundaries whose attention KV is copied at the prompt end
   };
 
+  // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
+  void DecideLaneBatching();
   void Loop();
   // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
   std::vector<int32_t> AdmitLocked();
@@ -188,15 +110,14 @@ class Scheduler {
   // Runs when the lane's logits are new (last prefill chunk, decoded-result hit, decode): samples,
   // streams the token, finishes the lane when it is done, else keeps the token as next_token.
   void EmitToken(int32_t lane_id);
-  // The records of the whole prompt (resident entry or the last KvRecurrent boundary, and the
-  // decoded result), made after the first token is handed to the client so they stay off TTFT.
-  void RecordPromptEnd(int32_t lane_id);
   void FinishLane(int32_t lane_id, std::string reason, std::optional<ApiError> error);
 
   ServerOptions options_;
   Metrics& metrics_;
   std::unique_ptr<runtime::Engine> engine_;
-  std::unique_ptr<ServingCache> cache_;
+  std::unique_ptr<lane_cache::EngineBackend> backend_;
+  std::unique_ptr<lane_cache::LaneCache> cache_;
+  nlohmann::json batch_split_json_;  // the startup check's report (null when it did not run)
   std::string model_name_;
   std::atomic<bool> ready_{false};
   bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)
@@ -205,23 +126,15 @@ class Scheduler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  size_t busy_ = 0;  // lanes with a job (guarded by mu_)
-  bool stop_ = false;
+  std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
+  size_t busy_ ABSL_GUARDED_BY(mu_) = 0;  // lanes with a job
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   struct Control {
     std::optional<std::string> tenant_namespace;
     std::promise<size_t>* done;
   };
-  std::deque<Control> controls_;
+  std::deque<Control> controls_ ABSL_GUARDED_BY(mu_);
   std::vector<Lane> lanes_;  // engine thread only
-  // What each lane still holds from its last request (ServingCache::LaneReuse): the prompt tokens
-  // whose cells are in the lane, and the cache namespace they belong to. Engine thread only.
-  struct LaneMemory {
-    std::vector<runtime::Token> tokens;
-    std::string cache_namespace;
-    cache::BatchClasses classes;  // the batch classes those tokens were computed in
-  };
-  std::vector<LaneMemory> held_;
   std::thread thread_;
 };
 

@@ -33,16 +33,6 @@ struct ServerOptions {
   bool cache_enabled = true;        // --no-cache turns it off
   uint64_t cache_ram_mib = 1024;    // byte cap of cached prefixes (ResidentKv charge + KvRecurrent)
   uint32_t cache_entries = 256;     // entry cap
-  // KV layout. Default: one KV stream per lane (kv_unified false). A lane's cells then always start
-  // at cell 0 of its own stream, so attention sees only the lane's cells and a restored prefix sits
-  // exactly where a recompute would put it; ResidentKv entries live in the payload store and are
-  // imported. kv_unified true adds the zero-copy tier: one shared stream, entries kept resident in
-  // cache sequences (capped by cache_tokens, spilled to the store beyond it). Its cost: every lane's
-  // attention scans the resident cells too, and decode over >= 512 cells splits the KV range by
-  // absolute index, so numbers depend on where cells sit (DESIGN.md).
-  bool kv_unified = false;
-  uint32_t cache_tokens = 4096;     // kv_unified: resident KV cells for ResidentKv entries
-  uint32_t cache_seqs = 32;         // kv_unified: resident cache sequences
   uint32_t record_stride = 64;      // KvRecurrent record grid (tokens)
   uint32_t max_records = 10;        // exact-boundary records per prompt (KvRecurrent, sliding-window)
   // Also record prompt_end - record_tail (0 or below MinExactBatch: none): a cue like "Next tool

@@ -1,0 +1,94 @@
+#include "skippy/lane_cache/engine_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "skippy/certify/batch_split.h"
+#include "skippy/common/strings.h"
+#include "skippy/runtime/llama_backend.h"
+#include "skippy/runtime/sequence_state.h"
+
+#ifndef SKIPPY_LLAMA_COMMIT
+#define SKIPPY_LLAMA_COMMIT "unknown"
+#endif
+#ifndef SKIPPY_LLAMA_PATCHES
+#define SKIPPY_LLAMA_PATCHES "none"
+#endif
+
+namespace skippy::lane_cache {
+
+namespace {
+
+cache::CacheConfigIdentity IdentityOf(runtime::Engine& engine, uint32_t prefill_chunk) {
+  const runtime::Model& model = engine.model();
+  const runtime::ContextOptions& eff = engine.context().options();
+  cache::CacheConfigIdentity id;
+  id.model_id = engine.model_digest();
+  id.layer_begin = 0;
+  int32_t n_layer = 1;
+  if (auto bc = model.MetaString(model.arch() + ".block_count")) n_layer = std::max(1, std::atoi(bc->c_str()));
+  id.layer_end = n_layer;
+  id.runtime_abi = "skippy-runtime-1";
+  // The kernels that computed a payload are part of its identity: the commit, the patch series and
+  // whether its batch-invariant products were on.
+  id.llama_version = StrCat(SKIPPY_LLAMA_COMMIT, "+patches:", SKIPPY_LLAMA_PATCHES,
+                            runtime::BatchInvariant() ? "+batch-invariant" : "");
+  id.type_k = eff.type_k;
+  id.type_v = eff.type_v;
+  id.flash_attn = eff.flash_attn;
+  id.v_trans = !eff.flash_attn;
+  id.kv_unified = eff.kv_unified;
+  id.swa_full = eff.swa_full;
+  id.n_ctx = eff.n_ctx;
+  // Threads too: the CPU kernels split output columns by thread, and a column's kernel path can
+  // depend on where its chunk ends.
+  id.position_config = StrCat("n_batch=", eff.n_batch, ";n_ubatch=", eff.n_ubatch, ";chunk=", prefill_chunk,
+                              ";threads=", eff.n_threads);
+  id.n_vocab = model.n_vocab();
+  id.token_start = 0;
+  return id;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::Create(runtime::Engine& engine, uint32_t prefill_chunk) {
+  std::unique_ptr<EngineBackend> b(new EngineBackend(engine));
+  BackendFacts& f = b->facts_;
+  f.family = engine.family();
+  f.hybrid_memory = engine.facts().memory_is_hybrid;
+  f.n_swa = engine.model().n_swa();
+  f.swa_full = engine.context().options().swa_full;
+  f.min_exact_batch = engine.MinExactBatch();
+  f.lane_count = engine.lane_count();
+  f.state_header_bytes = runtime::kStateHeaderBytes;
+  f.identity = IdentityOf(engine, prefill_chunk);
+  SKIPPY_RETURN_IF_ERROR(f.identity.Validate());
+  return b;
+}
+
+StatusOr<size_t> EngineBackend::RecurrentOffset(std::span<const uint8_t> hybrid_state) const {
+  return runtime::HybridRecurrentOffset(hybrid_state);
+}
+
+StatusOr<std::vector<uint8_t>> EngineBackend::StateAt(std::span<const uint8_t> later, size_t n_tokens,
+                                                      std::span<const uint8_t> recurrent_part) const {
+  return runtime::HybridStateAt(later, n_tokens, recurrent_part);
+}
+
+ServeCheck CheckBeforeServing(runtime::Engine& engine) {
+  ServeCheck c;
+  auto check = certify::CheckBatchSplits(engine, 0, engine.MinExactBatch());
+  if (!check.ok()) {
+    c.reason = StrCat("the batch-split check could not run: ", check.status().message());
+    return c;
+  }
+  c.report = check->ToJson();
+  c.passed = check->pass;
+  if (!c.passed) {
+    c.reason = StrCat("the batch-split check failed: logits depend on where prefill batches of ", check->min_batch,
+                      "+ rows are cut");
+  }
+  return c;
+}
+
+}  // namespace skippy::lane_cache

@@ -1,0 +1,176 @@
+#include "skippy/lane_cache/lane_cache.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "skippy/cache/payload_store.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::lane_cache {
+
+StatusOr<std::unique_ptr<LaneCache>> LaneCache::Create(const LaneCacheOptions& o, LaneBackend& backend) {
+  cache::PayloadStoreOptions so;
+  // The pool's byte cap decides; the memory tier's cap sits above it (cache/TODO.md).
+  so.max_physical_bytes = std::max<uint64_t>(1, o.max_bytes) * 2 + (uint64_t{64} << 20);
+  SKIPPY_ASSIGN_OR_RETURN(std::unique_ptr<cache::PayloadStore> store, cache::PayloadStore::Create(so));
+  return Create(o, backend, std::move(store));
+}
+
+StatusOr<std::unique_ptr<LaneCache>> LaneCache::Create(const LaneCacheOptions& o, LaneBackend& backend,
+                                                       std::unique_ptr<cache::PayloadTier> tier) {
+  const BackendFacts& facts = backend.facts();
+  SKIPPY_RETURN_IF_ERROR(facts.identity.Validate());
+  if (facts.lane_count == 0) return absl::InvalidArgumentError("lane cache: the backend has no lanes");
+  if (tier == nullptr) return absl::InvalidArgumentError("lane cache: no payload tier");
+  cache::CacheOptions co;
+  co.pool.max_entries = std::max<uint32_t>(1, o.max_entries);
+  co.pool.max_bytes = std::max<uint64_t>(1, o.max_bytes);
+  // Payloads live in the tier, not in context cells: the pool caps entries and bytes only.
+  co.pool.max_tokens = std::numeric_limits<uint32_t>::max();
+  co.pool.lane_count = static_cast<int32_t>(facts.lane_count);
+  co.pool.seq_id_begin = static_cast<int32_t>(facts.lane_count);
+  co.pool.seq_id_end = static_cast<int32_t>(facts.lane_count);
+  co.decoded.max_entries = std::max<uint32_t>(1, o.decoded_entries);
+  co.decoded.max_bytes = std::max<uint64_t>(1, o.decoded_bytes);
+  SKIPPY_ASSIGN_OR_RETURN(std::unique_ptr<cache::Cache> core, cache::Cache::Create(co));
+  return std::unique_ptr<LaneCache>(new LaneCache(o, backend, std::move(core), std::move(tier)));
+}
+
+LaneCache::LaneCache(const LaneCacheOptions& o, LaneBackend& backend, std::unique_ptr<cache::Cache> core,
+                     std::unique_ptr<cache::PayloadTier> tier)
+    : options_(o),
+      backend_(backend),
+      cache_(std::move(core)),
+      tier_(std::move(tier)),
+      recorder_(backend, *cache_, *tier_, entries_, counters_),
+      restorer_(backend, *cache_, *tier_, entries_, recorder_, counters_),
+      jobs_(backend.facts().lane_count),
+      held_(backend.facts().lane_count) {
+  strategy_ = FamilyStrategy::For(backend.facts(), o.enabled,
+                                  {backend, recorder_, restorer_, counters_, o.record_stride});
+  policy_.exact_boundaries = strategy_->plans_boundaries();
+  policy_.min_batch = MinBatch();
+  policy_.prefill_chunk = PrefillChunk();
+  policy_.stride = o.record_stride;
+  policy_.max_records = o.max_records;
+  policy_.tail = o.record_tail;
+}
+
+size_t LaneCache::PrefillChunk() const { return std::max<size_t>(2 * MinBatch(), options_.prefill_chunk); }
+
+cache::PrefixScope LaneCache::Scope(const std::string& ns) const {
+  cache::PrefixScope scope;
+  scope.config = backend_.facts().identity;
+  auto it = epochs_.find(ns);
+  scope.cache_namespace = StrCat(global_epoch_, ".", it == epochs_.end() ? 0 : it->second, "/", ns);
+  return scope;
+}
+
+LaneHeld LaneCache::Match(const Held& held, const LaneJob& job) const {
+  LaneHeld h;
+  h.classes = &held.classes;
+  if (strategy_->lane_keep() == FamilyStrategy::LaneKeep::kNothing) return h;
+  if (held.cache_namespace != job.scope.cache_namespace) return h;
+  const size_t limit = std::min(held.tokens.size(), job.prompt.size());
+  while (h.shared_tokens < limit && held.tokens[h.shared_tokens] == job.prompt[h.shared_tokens]) ++h.shared_tokens;
+  h.prompt_tokens = held.tokens.size();
+  return h;
+}
+
+JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std::span<const Token> prompt,
+                          std::span<const size_t> message_ends) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  job = LaneJob{};
+  job.active = true;
+  job.scope = Scope(tenant_namespace);
+  job.prompt.assign(prompt.begin(), prompt.end());
+  job.classes = cache::BatchClasses::Of(prompt.size(), message_ends, MinBatch());
+  job.records = strategy_->serves() && prompt.size() >= MinBatch();
+  // The lane changes from here on: what it held is read once, then forgotten.
+  Held held = std::move(held_[static_cast<size_t>(lane)]);
+  held_[static_cast<size_t>(lane)] = Held{};
+  const RestoreOutcome r = restorer_.Restore(*strategy_, lane, job, Match(held, job));
+  job.plan = PlanPrefill(policy_, prompt.size(), message_ends, job.classes, r.restored, r.branch);
+  job.prompt_end_pending = job.records && r.decoded == nullptr;
+  JobStart start;
+  start.restored = r.restored;
+  start.decoded = r.decoded;
+  start.miss_reason = r.miss_reason;
+  start.payload = r.payload;
+  start.chunk_ends = job.plan.chunk_ends;
+  return start;
+}
+
+void LaneCache::AtBoundary(int32_t lane, size_t end) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  if (!job.records || end < MinBatch() || end >= job.prompt.size()) return;
+  const std::vector<size_t>& rb = job.plan.record_boundaries;
+  if (!std::binary_search(rb.begin(), rb.end(), end)) return;
+  strategy_->AtBoundary(lane, job, end);
+}
+
+void LaneCache::AfterFirstToken(int32_t lane, const std::vector<float>& logits) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  if (!job.prompt_end_pending) return;
+  job.prompt_end_pending = false;
+  const std::vector<size_t>& rb = job.plan.record_boundaries;
+  strategy_->AtPromptEnd(lane, job, std::binary_search(rb.begin(), rb.end(), job.prompt.size()));
+  recorder_.Decoded(job.scope, job.prompt, job.classes, logits);
+}
+
+void LaneCache::Finish(int32_t lane, bool completed) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  Held& held = held_[static_cast<size_t>(lane)];
+  held = Held{};
+  const auto n = static_cast<int32_t>(job.prompt.size());
+  bool keep = false;
+  if (completed && job.active && n > 0) {
+    switch (strategy_->lane_keep()) {
+      case FamilyStrategy::LaneKeep::kNothing: break;
+      // Generated tokens are cut off: they were decoded one row at a time, not in the prompt's batches.
+      case FamilyStrategy::LaneKeep::kPromptKv:
+        keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
+        break;
+      case FamilyStrategy::LaneKeep::kEverything: keep = backend_.SequenceLength(lane) >= n; break;
+    }
+  }
+  if (keep) {
+    held = {std::move(job.prompt), job.scope.cache_namespace, std::move(job.classes)};
+  } else {
+    (void)backend_.Clear(lane);
+  }
+  job = LaneJob{};
+}
+
+size_t LaneCache::Clear(const std::optional<std::string>& ns) {
+  std::optional<std::string> scope_ns;
+  if (ns) {
+    scope_ns = Scope(*ns).cache_namespace;
+    ++epochs_[*ns];
+  } else {
+    ++global_epoch_;
+    epochs_.clear();
+  }
+  size_t erased = 0;
+  for (cache::EntryId id : entries_.InNamespace(scope_ns)) erased += recorder_.Erase(id) ? 1 : 0;
+  return erased;
+}
+
+LaneCacheStats LaneCache::Stats() const {
+  LaneCacheStats s;
+  s.enabled = strategy_->serves();
+  s.disabled_reason = options_.disabled_reason;
+  s.strategy = std::string(strategy_->name());
+  s.cache = cache_->Stats();
+  s.tier_name = std::string(tier_->name());
+  s.tier = tier_->Usage();
+  s.records = counters_.records.load();
+  s.record_skips = counters_.record_skips.load();
+  s.evictions = counters_.evictions.load();
+  s.stored_hits = counters_.stored_hits.load();
+  s.lane_hits = counters_.lane_hits.load();
+  s.recurrent_onto_hits = counters_.recurrent_onto_hits.load();
+  return s;
+}
+
+}  // namespace skippy::lane_cache

@@ -1,0 +1,121 @@
+// LaneCache: the exact-prefix cache on the lanes of one model. The layer between the runtime
+// (behind LaneBackend) and the server: it owns what each lane holds between jobs, the cache core
+// (radix index, pool caps, decoded results), the payload tier and the family's strategy, and it
+// knows nothing of HTTP or JSON. A scheduler calls four hooks per job:
+//
+//   Begin(lane, namespace, prompt, message_ends)
+//        the prompt's batch classes (cache::BatchClasses), the restore (the lane's own last
+//        prompt cut back, or a stored entry; an exact repeat may also get its decoded result so
+//        nothing is prefilled) and the prefill plan: where every batch ends. The lane must be
+//        idle (Finish was called for its last job, or it never had one).
+//   AtBoundary(lane, end)       after each prefill batch that ends before the prompt does: the
+//                               records planned there (exact-boundary families).
+//   AfterFirstToken(lane, logits)
+//        once the first generated token is out and the lane still holds exactly the prompt: the
+//        prompt-end records and the decoded result, off the time to first token. Calls after the
+//        first do nothing.
+//   Finish(lane, completed)     the job is over: the lane keeps its prompt for the next job (its
+//                               strategy's LaneKeep, when `completed`) or is cleared.
+//
+// Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
+// restored prefix serves a prompt only as far as its rows were computed in the same classes: a
+// token's KV and logits depend in their last bits on the size class of the batch it was prefilled
+// in (runtime::MinExactBatch) and on nothing else (proved per model at startup by the batch-split
+// check). tests/server compares outputs and log-probabilities with --no-cache per family, flash
+// attention on and off.
+//
+// Recording is best effort (a full cache, an existing entry or a failed export skips it). Namespaces:
+// a scope's cache_namespace is the tenant namespace plus clear epochs, so Clear(namespace) makes
+// every entry of that namespace, and every lane's memory of it, unreachable at once.
+//
+// Thread-safety: every method but Stats() runs on the engine thread only (the thread that owns the
+// backend). Stats() may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "skippy/cache/cache.h"
+#include "skippy/cache/payload_tier.h"
+#include "skippy/lane_cache/entry_table.h"
+#include "skippy/lane_cache/lane_backend.h"
+#include "skippy/lane_cache/options.h"
+#include "skippy/lane_cache/prefill_plan.h"
+#include "skippy/lane_cache/recorder.h"
+#include "skippy/lane_cache/restore.h"
+#include "skippy/lane_cache/stats.h"
+#include "skippy/lane_cache/strategy.h"
+
+namespace skippy::lane_cache {
+
+// What Begin tells the scheduler.
+struct JobStart {
+  size_t restored = 0;  // prompt tokens now in the lane; prefill starts there
+  // Set for an exact repeat whose whole prompt was restored: the first token's logits (no prefill).
+  std::shared_ptr<const cache::DecodedResult> decoded;
+  std::string miss_reason;  // "" on a hit: cache-disabled, short-prompt, never-seen, evicted, ...
+  std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
+  std::vector<size_t> chunk_ends;  // where each prefill batch ends, ascending, last == prompt size
+};
+
+class LaneCache {
+ public:
+  // InvalidArgument for a bad configuration identity or options. `backend` outlives the cache.
+  [[nodiscard]] static StatusOr<std::unique_ptr<LaneCache>> Create(const LaneCacheOptions& options,
+                                                                   LaneBackend& backend);
+  // The caller's injected tier (a disk or shared tier, or a small memory tier in tests).
+  [[nodiscard]] static StatusOr<std::unique_ptr<LaneCache>> Create(const LaneCacheOptions& options,
+                                                                   LaneBackend& backend,
+                                                                   std::unique_ptr<cache::PayloadTier> tier);
+
+  JobStart Begin(int32_t lane, const std::string& tenant_namespace, std::span<const Token> prompt,
+                 std::span<const size_t> message_ends);
+  void AtBoundary(int32_t lane, size_t end);
+  void AfterFirstToken(int32_t lane, const std::vector<float>& logits);
+  void Finish(int32_t lane, bool completed);
+
+  // Drops every entry of one tenant namespace, or of all when nullopt; returns how many prefix
+  // entries were erased. Between jobs' steps only (no lane mid-prefill is affected: its records go
+  // to the namespace's old epoch and are unreachable).
+  size_t Clear(const std::optional<std::string>& tenant_namespace);
+
+  // The long batch class's smallest batch, and rows per prefill batch at most.
+  size_t MinBatch() const { return backend_.facts().min_exact_batch; }
+  size_t PrefillChunk() const;
+  const FamilyStrategy& strategy() const { return *strategy_; }
+  LaneCacheStats Stats() const;
+
+ private:
+  LaneCache(const LaneCacheOptions& options, LaneBackend& backend, std::unique_ptr<cache::Cache> cache,
+            std::unique_ptr<cache::PayloadTier> tier);
+  cache::PrefixScope Scope(const std::string& tenant_namespace) const;
+  // The lane's last job's prompt, kept for the next job (LaneKeep).
+  struct Held {
+    std::vector<Token> tokens;
+    std::string cache_namespace;
+    cache::BatchClasses classes;
+  };
+  LaneHeld Match(const Held& held, const LaneJob& job) const;
+
+  const LaneCacheOptions options_;
+  LaneBackend& backend_;
+  LaneCacheCounters counters_;
+  std::unique_ptr<cache::Cache> cache_;
+  std::unique_ptr<cache::PayloadTier> tier_;
+  EntryTable entries_;
+  Recorder recorder_;
+  Restorer restorer_;
+  std::unique_ptr<FamilyStrategy> strategy_;
+  RecordPolicy policy_;
+  std::vector<LaneJob> jobs_;  // per lane
+  std::vector<Held> held_;     // per lane
+  uint64_t global_epoch_ = 0;
+  std::map<std::string, uint64_t> epochs_;
+};
+
+}  // namespace skippy::lane_cache

@@ -1,0 +1,33 @@
+// LaneCacheOptions: how the cache on a lane is configured (skippy-server fills it from its flags).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace skippy::lane_cache {
+
+struct LaneCacheOptions {
+  // False: every job misses with "cache-disabled" and nothing is recorded; prefill is planned and
+  // cut exactly as with the cache on (a --no-cache server computes the same numbers).
+  bool enabled = true;
+  // Why the cache is off although it was asked for (the startup batch-split check); "" otherwise.
+  std::string disabled_reason;
+
+  // Exact-boundary records (KvRecurrent, sliding-window ResidentKv): a grid every record_stride
+  // tokens, at most max_records per prompt, and one record_tail tokens before the prompt end
+  // (0: none).
+  uint32_t record_stride = 64;
+  uint32_t max_records = 10;
+  uint32_t record_tail = 4;
+  // Rows per prefill batch at most (raised to 2 * the long class's smallest batch).
+  uint32_t prefill_chunk = 512;
+
+  // Caps of the prefix entries (bytes: ResidentKv charge + KvRecurrent payloads) and of the
+  // decoded results (exact repeats).
+  uint32_t max_entries = 256;
+  uint64_t max_bytes = uint64_t{1} << 30;
+  uint32_t decoded_entries = 1024;
+  uint64_t decoded_bytes = uint64_t{256} << 20;
+};
+
+}  // namespace skippy::lane_cache

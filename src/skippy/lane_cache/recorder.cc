@@ -1,0 +1,135 @@
+#include "skippy/lane_cache/recorder.h"
+
+#include <string>
+
+#include "skippy/common/strings.h"
+#include "skippy/lane_cache/warn.h"
+
+namespace skippy::lane_cache {
+
+using cache::PayloadKind;
+
+cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::BatchClasses& classes) {
+  const std::string fp = classes.Fingerprint();
+  if (fp.empty()) return scope;
+  cache::PrefixScope s = scope;
+  s.cache_namespace = StrCat(scope.cache_namespace, "#short:", fp);
+  return s;
+}
+
+void Recorder::Count(bool recorded) { ++(recorded ? counters_.records : counters_.record_skips); }
+
+void Recorder::Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                        const cache::BatchClasses& classes, bool exact_only) {
+  if (backend_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
+    Count(false);
+    return;
+  }
+  auto bytes = backend_.ExportResident(lane);
+  if (!bytes.ok()) Warn("export", bytes.status());
+  Count(bytes.ok() && Store(scope, prompt, PayloadKind::kResidentKv, *bytes, exact_only, classes));
+}
+
+void Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
+                         const cache::BatchClasses& classes) {
+  auto bytes = backend_.ExportState(lane, PayloadKind::kKvRecurrent);
+  if (!bytes.ok()) {
+    Warn("export", bytes.status());
+    return;
+  }
+  Count(Store(scope, prefix, PayloadKind::kKvRecurrent, *bytes, false, classes));
+}
+
+std::optional<PendingRecord> Recorder::CopyRecurrent(int32_t lane, size_t tokens) {
+  auto part = backend_.ExportState(lane, PayloadKind::kRecurrentOnly);
+  if (!part.ok()) {
+    Warn("recurrent state copy", part.status());
+    Count(false);
+    return std::nullopt;
+  }
+  return PendingRecord{tokens, std::move(*part)};
+}
+
+void Recorder::Deferred(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                        const cache::BatchClasses& classes, bool record_prompt, std::span<const PendingRecord> pending) {
+  if (!record_prompt && pending.empty()) return;
+  auto full = backend_.ExportState(lane, PayloadKind::kKvRecurrent);
+  if (!full.ok()) {
+    Warn("export", full.status());
+    counters_.record_skips += pending.size() + (record_prompt ? 1 : 0);
+    return;
+  }
+  if (record_prompt) Count(Store(scope, prompt, PayloadKind::kKvRecurrent, *full, false, classes));
+  for (const PendingRecord& p : pending) {
+    if (p.tokens == 0 || p.tokens >= prompt.size()) continue;
+    auto bytes = backend_.StateAt(*full, p.tokens, p.recurrent);
+    if (!bytes.ok()) Warn("deferred record", bytes.status());
+    Count(bytes.ok() && Store(scope, prompt.first(p.tokens), PayloadKind::kKvRecurrent, *bytes, false, classes));
+  }
+}
+
+void Recorder::Decoded(const cache::PrefixScope& scope, std::span<const Token> prompt,
+                       const cache::BatchClasses& classes, const std::vector<float>& logits) {
+  if (Status s = cache_.PutDecoded(DecodedScope(scope, classes), prompt, logits); !s.ok()) Warn("decoded result", s);
+}
+
+bool Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tokens, PayloadKind kind,
+                     std::span<const uint8_t> bytes, bool exact_only, const cache::BatchClasses& classes) {
+  cache::RecordRequest rq;
+  rq.kind = kind;
+  rq.bytes = bytes.size();
+  rq.recompute_cost = static_cast<double>(tokens.size());
+  rq.needs_sequence = false;
+  rq.exact_only = exact_only;
+  auto res = cache_.Reserve(scope, tokens, rq);
+  if (!res.ok()) return false;  // already recorded, or no room
+  for (const cache::EntryInfo& e : res->evictions) {
+    Free(e);
+    ++counters_.evictions;
+  }
+  auto put = tier_.Put(std::as_bytes(bytes), [this](cache::PayloadId id) { PayloadEvicted(id); });
+  if (!put.ok()) {
+    Warn("payload put", put.status());
+    (void)cache_.Abort(res->id);
+    return false;
+  }
+  auto id = cache_.Commit(res->id, put->id);
+  if (!id.ok()) {
+    Warn("commit", id.status());
+    (void)tier_.Erase(put->id);
+    return false;
+  }
+  EntryTable::Entry entry{scope.cache_namespace, put->id, 0, classes.Prefix(tokens.size())};
+  if (kind == PayloadKind::kKvRecurrent && backend_.facts().hybrid_memory) {
+    if (auto at = backend_.RecurrentOffset(bytes); at.ok()) entry.recurrent_offset = *at;
+  }
+  entries_.Add(*id, std::move(entry));
+  return true;
+}
+
+void Recorder::PayloadEvicted(cache::PayloadId payload) {
+  const std::optional<cache::EntryId> owner = entries_.PayloadGone(payload);
+  if (!owner) return;
+  if (auto freed = cache_.Erase(*owner); freed.ok() && freed->has_value()) Free(**freed);
+  ++counters_.evictions;
+}
+
+void Recorder::Release(cache::EntryId id) {
+  if (auto freed = cache_.Release(id); freed.ok() && freed->has_value()) Free(**freed);
+}
+
+bool Recorder::Erase(cache::EntryId id) {
+  auto freed = cache_.Erase(id);
+  if (!freed.ok()) return false;
+  if (freed->has_value()) Free(**freed);
+  return true;
+}
+
+void Recorder::Free(const cache::EntryInfo& info) {
+  const cache::PayloadId payload = entries_.Forget(info.id);
+  if (payload != 0) {
+    if (Status s = tier_.Erase(payload); !s.ok()) Warn("payload release", s);
+  }
+}
+
+}  // namespace skippy::lane_cache

@@ -1,0 +1,84 @@
+// Recorder: turns what a lane holds into cache entries, and gives entries back. An entry is a
+// payload in the tier (exported through the backend), an entry in the cache core (radix index +
+// caps) and a row in the EntryTable, made or dropped together.
+//
+// Recording is best effort: a full cache, an existing entry or a failed export skips the record
+// (counted as record_skips; the request is still served). Entries the cache core evicts for its
+// caps, and entries whose payload the tier evicts for its own (through the on_evict callback of
+// PayloadTier::Put), are dropped from all three before the call returns.
+//
+// Thread-safety: engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "skippy/cache/batch_classes.h"
+#include "skippy/cache/cache.h"
+#include "skippy/cache/payload_tier.h"
+#include "skippy/lane_cache/entry_table.h"
+#include "skippy/lane_cache/lane_backend.h"
+#include "skippy/lane_cache/stats.h"
+
+namespace skippy::lane_cache {
+
+// A hybrid record whose attention KV is still to be copied (Recorder::CopyRecurrent).
+struct PendingRecord {
+  size_t tokens = 0;               // the boundary
+  std::vector<uint8_t> recurrent;  // the recurrent state there (a kRecurrentOnly export)
+};
+
+// Decoded results are kept per classing: the last row's logits differ with its batch class.
+cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::BatchClasses& classes);
+
+class Recorder {
+ public:
+  Recorder(LaneBackend& backend, cache::Cache& cache, cache::PayloadTier& tier, EntryTable& entries,
+           LaneCacheCounters& counters)
+      : backend_(backend), cache_(cache), tier_(tier), entries_(entries), counters_(counters) {}
+
+  // ResidentKv: exports the lane's KV as the entry of `prompt`. Skipped unless the lane holds
+  // exactly prompt.size() tokens. exact_only: the entry serves its whole length only (sliding
+  // window shorter than the prompt).
+  void Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                const cache::BatchClasses& classes, bool exact_only);
+  // KvRecurrent: exports the lane's whole state, which ends at the end of `prefix`.
+  void Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
+                 const cache::BatchClasses& classes);
+  // Hybrids: copies only the recurrent state of a lane holding `tokens` tokens, for Deferred.
+  // nullopt (counted as a skip) when the export fails.
+  std::optional<PendingRecord> CopyRecurrent(int32_t lane, size_t tokens);
+  // Hybrids. REQUIRES: the lane holds exactly `prompt`. Exports the lane once and records the
+  // prompt end (when `record_prompt`) and every pending boundary, each boundary's payload built
+  // from that export's attention KV and the recurrent state copied there (LaneBackend::StateAt).
+  void Deferred(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+                const cache::BatchClasses& classes, bool record_prompt, std::span<const PendingRecord> pending);
+  // The last prompt position's logits, for an exact repeat of the whole prompt.
+  void Decoded(const cache::PrefixScope& scope, std::span<const Token> prompt, const cache::BatchClasses& classes,
+               const std::vector<float>& logits);
+
+  // Drops the pin a Lookup took; frees the entry if it was erased meanwhile.
+  void Release(cache::EntryId id);
+  // Erases an entry (deferred by the cache core while pinned); returns whether it existed.
+  bool Erase(cache::EntryId id);
+  // An entry the cache core no longer tracks: its payload goes back to the tier, its row away.
+  void Free(const cache::EntryInfo& info);
+
+ private:
+  // Stores `bytes` as the entry of `tokens`. False if not recorded.
+  bool Store(const cache::PrefixScope& scope, std::span<const Token> tokens, cache::PayloadKind kind,
+             std::span<const uint8_t> bytes, bool exact_only, const cache::BatchClasses& classes);
+  void Count(bool recorded);
+  // PayloadTier::OnEvict: the tier dropped `payload` for its cap.
+  void PayloadEvicted(cache::PayloadId payload);
+
+  LaneBackend& backend_;
+  cache::Cache& cache_;
+  cache::PayloadTier& tier_;
+  EntryTable& entries_;
+  LaneCacheCounters& counters_;
+};
+
+}  // namespace skippy::lane_cache

@@ -1,0 +1,35 @@
+// LaneCacheStats: what the cache on the lanes reports (skippy-server renders it as /cache/stats
+// and Prometheus gauges). Counters are cumulative since startup.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "skippy/cache/cache.h"
+#include "skippy/cache/payload_tier.h"
+
+namespace skippy::lane_cache {
+
+// Written on the engine thread, read from any thread.
+struct LaneCacheCounters {
+  std::atomic<uint64_t> records{0};             // entries recorded
+  std::atomic<uint64_t> record_skips{0};        // records not made (full, present, failed export)
+  std::atomic<uint64_t> evictions{0};           // entries dropped for a cap
+  std::atomic<uint64_t> stored_hits{0};         // restores imported from the payload tier
+  std::atomic<uint64_t> lane_hits{0};           // restores that cut the lane's own last prompt
+  std::atomic<uint64_t> recurrent_onto_hits{0}; // hybrid restores of the recurrent state only
+};
+
+struct LaneCacheStats {
+  bool enabled = false;
+  std::string disabled_reason;
+  std::string strategy;  // FamilyStrategy::name()
+  cache::CacheStats cache;  // index, pool caps, decoded results
+  std::string tier_name;
+  cache::TierUsage tier;
+  uint64_t records = 0, record_skips = 0, evictions = 0;
+  uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0;
+};
+
+}  // namespace skippy::lane_cache

@@ -1,0 +1,46 @@
+#include "skippy/server/cache_stats.h"
+
+namespace skippy::server {
+
+nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
+  const cache::RadixStats& index = s.cache.pool.index;
+  const cache::DecodedResultStats& d = s.cache.decoded;
+  const uint64_t saved = s.tier.logical_bytes > s.tier.physical_bytes ? s.tier.logical_bytes - s.tier.physical_bytes : 0;
+  return {
+      {"enabled", s.enabled},
+      {"disabled_reason", s.disabled_reason},
+      {"strategy", s.strategy},
+      {"entries", index.entries},
+      {"tokens", index.tokens},
+      {"bytes_logical", index.bytes},
+      {"hits", index.hits},
+      {"misses", index.misses},
+      {"misses_by_reason",
+       {{"never-seen", index.miss_never_seen},
+        {"evicted", index.miss_evicted},
+        {"identity-mismatch", index.miss_identity_mismatch}}},
+      {"evictions", s.evictions},
+      {"records", s.records},
+      {"record_skips", s.record_skips},
+      {"stored_hits", s.stored_hits},
+      {"lane_hits", s.lane_hits},
+      {"recurrent_onto_hits", s.recurrent_onto_hits},
+      {"payload_store",
+       {{"tier", s.tier_name}, {"payloads", s.tier.payloads}, {"logical_bytes", s.tier.logical_bytes},
+        {"physical_bytes", s.tier.physical_bytes}, {"saved_bytes", saved}, {"capacity_bytes", s.tier.capacity_bytes},
+        {"evictions", s.tier.evictions}}},
+      {"decoded_results",
+       {{"entries", d.entries}, {"bytes", d.bytes}, {"hits", d.hits}, {"misses", d.misses}, {"evictions", d.evictions}}},
+  };
+}
+
+void FillCacheGauges(const lane_cache::LaneCacheStats& s, Gauges& g) {
+  g.cache_entries = s.cache.pool.index.entries;
+  g.cache_bytes_logical = s.cache.pool.index.bytes;
+  g.cache_bytes_physical = s.tier.physical_bytes;
+  g.decoded_entries = s.cache.decoded.entries;
+  g.decoded_bytes = s.cache.decoded.bytes;
+  g.cache_evictions = s.evictions;
+}
+
+}  // namespace skippy::server

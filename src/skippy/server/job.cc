@@ -1,0 +1,82 @@
+#include "skippy/server/job.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace skippy::server {
+
+using runtime::Token;
+
+namespace {
+
+TokenLogprobs::Candidate MakeCandidate(const runtime::Model& model, Token id, double logprob) {
+  auto piece = runtime::TokenPiece(model, id);
+  return {id, piece.ok() ? *piece : std::string(), logprob};
+}
+
+}  // namespace
+
+TokenLogprobs Logprobs(const runtime::Model& model, const std::vector<float>& logits, Token chosen, int32_t n) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = static_cast<double>(max) + std::log(sum);
+  std::vector<Token> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<Token>(i);
+  const size_t top = std::min<size_t>(static_cast<size_t>(n), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [&](Token a, Token b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  TokenLogprobs out;
+  out.chosen = MakeCandidate(model, chosen, logits[chosen] - log_z);
+  for (size_t i = 0; i < top; ++i) out.top.push_back(MakeCandidate(model, order[i], logits[order[i]] - log_z));
+  return out;
+}
+
+Job::View Job::Snapshot() const { return view_; }
+
+Job::View Job::WaitFor(size_t have_tokens, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return view_.done || view_.tokens.size() > have_tokens; });
+  return Snapshot();
+}
+
+Job::View Job::Wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return view_.done; });
+  return Snapshot();
+}
+
+void Job::Append(Token token, const std::string& piece, bool* stop_hit, std::optional<TokenLogprobs> logprobs) {
+  std::lock_guard lock(mu_);
+  view_.tokens.push_back(token);
+  if (logprobs) view_.logprobs.push_back(*std::move(logprobs));
+  const size_t old = view_.text.size();
+  view_.text += piece;
+  *stop_hit = false;
+  for (const std::string& s : request_.stop) {
+    const size_t from = old >= s.size() ? old - s.size() + 1 : 0;
+    const size_t at = view_.text.find(s, from);
+    if (at != std::string::npos) {
+      view_.text.resize(at);
+      *stop_hit = true;
+      break;
+    }
+  }
+  cv_.notify_all();
+}
+
+void Job::SetTimings(const JobTimings& t) {
+  std::lock_guard lock(mu_);
+  view_.timings = t;
+}
+
+void Job::Finish(std::string finish_reason, std::optional<ApiError> error, const JobTimings& timings) {
+  std::lock_guard lock(mu_);
+  view_.done = true;
+  view_.finish_reason = std::move(finish_reason);
+  view_.error = std::move(error);
+  view_.timings = timings;
+  cv_.notify_all();
+}
+
+}  // namespace skippy::server

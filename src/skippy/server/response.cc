@@ -1,0 +1,245 @@
+#include "skippy/server/response.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "httplib.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::server {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
+size_t Utf8SafeLength(const std::string& s) {
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 4 && back <= n; ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0) need = 2;
+    else if ((c & 0xF0) == 0xE0) need = 3;
+    else if ((c & 0xF8) == 0xF0) need = 4;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+// llama-server's /completion "completion_probabilities" shape (n_probs).
+json LogprobsJson(const std::vector<TokenLogprobs>& all) {
+  json out = json::array();
+  for (const TokenLogprobs& t : all) {
+    json top = json::array();
+    for (const auto& c : t.top) top.push_back({{"id", c.id}, {"token", c.piece}, {"logprob", c.logprob}});
+    out.push_back(
+        {{"id", t.chosen.id}, {"token", t.chosen.piece}, {"logprob", t.chosen.logprob}, {"top_logprobs", top}});
+  }
+  return out;
+}
+
+// OpenAI's chat "logprobs": {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+json ChatLogprobsJson(const std::vector<TokenLogprobs>& all, int32_t top_n) {
+  auto entry = [](const TokenLogprobs::Candidate& c) {
+    std::vector<int> bytes;  // 0-255 (char is signed here)
+    for (unsigned char ch : c.piece) bytes.push_back(ch);
+    return json{{"token", c.piece}, {"logprob", c.logprob}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const TokenLogprobs& t : all) {
+    json e = entry(t.chosen);
+    e["top_logprobs"] = json::array();
+    for (size_t i = 0; i < t.top.size() && i < static_cast<size_t>(top_n); ++i) e["top_logprobs"].push_back(entry(t.top[i]));
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}};
+}
+
+json TimingsJson(const JobTimings& t) {
+  return {{"cache_n", t.cache_n},
+          {"prompt_n", t.prompt_n},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_second", t.prompt_ms > 0 ? 1000.0 * t.prompt_n / t.prompt_ms : 0.0},
+          {"predicted_n", t.predicted_n},
+          {"predicted_ms", t.predicted_ms},
+          {"predicted_per_second", t.predicted_ms > 0 ? 1000.0 * t.predicted_n / t.predicted_ms : 0.0}};
+}
+
+json SkippyJson(const JobTimings& t) {
+  return {{"cache_hit", t.cache_miss_reason.empty()},
+          {"cache_payload", t.cache_payload},
+          {"cache_miss_reason", t.cache_miss_reason},
+          {"decoded_result_hit", t.decoded_result_hit},
+          {"queue_ms", t.queue_ms},
+          {"ttft_ms", t.ttft_ms},
+          {"restore_ms", t.restore_ms},
+          {"record_ms", t.record_ms}};
+}
+
+json UsageJson(size_t prompt_tokens, const Job::View& v) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", v.tokens.size()},
+          {"total_tokens", prompt_tokens + v.tokens.size()},
+          {"prompt_tokens_details", {{"cached_tokens", v.timings.cache_n}}}};
+}
+
+bool Event(httplib::DataSink& sink, const json& j) {
+  const std::string line = StrCat("data: ", Dump(j), "\n\n");
+  return sink.write(line.data(), line.size());
+}
+
+}  // namespace
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+Completion::Completion(Endpoint endpoint, const GenerationRequest& request, std::string model, size_t prompt_tokens)
+    : endpoint_(endpoint),
+      created_(NowSeconds()),
+      model_(std::move(model)),
+      prompt_tokens_(prompt_tokens),
+      return_tokens_(request.return_tokens),
+      include_usage_(request.include_usage),
+      n_probs_(request.n_probs),
+      chat_logprobs_(request.chat_logprobs),
+      top_logprobs_(request.top_logprobs) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", next_id++);
+  for (const auto& st : request.stop) hold_ = std::max(hold_, st.size() - 1);
+}
+
+json Completion::Body(const Job::View& v) const {
+  json out;
+  if (endpoint_ == Endpoint::kLlamaCompletion) {
+    out = {{"content", v.text},
+           {"model", model_},
+           {"stop", true},
+           {"stop_type", v.finish_reason == "length" ? "limit" : "eos"},
+           {"tokens_predicted", v.tokens.size()},
+           {"tokens_evaluated", prompt_tokens_},
+           {"tokens_cached", v.timings.cache_n},
+           {"truncated", false},
+           {"timings", TimingsJson(v.timings)},
+           {"skippy", SkippyJson(v.timings)}};
+    if (return_tokens_) out["tokens"] = v.tokens;
+    if (n_probs_ > 0) out["completion_probabilities"] = LogprobsJson(v.logprobs);
+    return out;
+  }
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", v.finish_reason}};
+  if (endpoint_ == Endpoint::kCompletions) {
+    choice["text"] = v.text;
+  } else {
+    choice["message"] = {{"role", "assistant"}, {"content", v.text}};
+    if (chat_logprobs_) choice["logprobs"] = ChatLogprobsJson(v.logprobs, top_logprobs_);
+  }
+  out = {{"id", id_}, {"object", endpoint_ == Endpoint::kCompletions ? "text_completion" : "chat.completion"},
+         {"created", created_}, {"model", model_}, {"choices", json::array({choice})},
+         {"usage", UsageJson(prompt_tokens_, v)}, {"timings", TimingsJson(v.timings)},
+         {"skippy", SkippyJson(v.timings)}};
+  if (return_tokens_) out["tokens"] = v.tokens;
+  return out;
+}
+
+json Completion::Chunk(const std::string& text, const std::vector<runtime::Token>& toks,
+                       const std::optional<std::string>& finish, const std::vector<TokenLogprobs>& probs) const {
+  if (endpoint_ == Endpoint::kLlamaCompletion) {
+    json j = {{"content", text}, {"stop", false}};
+    if (return_tokens_) j["tokens"] = toks;
+    if (n_probs_ > 0) j["completion_probabilities"] = LogprobsJson(probs);
+    return j;
+  }
+  const json fr = finish ? json(*finish) : json(nullptr);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", fr}};
+  if (endpoint_ == Endpoint::kCompletions) {
+    choice["text"] = text;
+  } else {
+    choice["delta"] = finish ? json::object() : json{{"content", text}};
+  }
+  json j = {{"id", id_}, {"object", endpoint_ == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+            {"created", created_}, {"model", model_}, {"choices", json::array({choice})}};
+  if (return_tokens_) j["tokens"] = toks;
+  return j;
+}
+
+json Completion::Last(const Job::View& v) const {
+  if (endpoint_ == Endpoint::kLlamaCompletion) {
+    return {{"content", ""}, {"stop", true}, {"model", model_},
+            {"stop_type", v.finish_reason == "length" ? "limit" : "eos"},
+            {"tokens_predicted", v.tokens.size()}, {"tokens_evaluated", prompt_tokens_},
+            {"tokens_cached", v.timings.cache_n}, {"timings", TimingsJson(v.timings)},
+            {"skippy", SkippyJson(v.timings)}};
+  }
+  json last = Chunk("", {}, v.finish_reason, {});
+  last["timings"] = TimingsJson(v.timings);
+  last["skippy"] = SkippyJson(v.timings);
+  if (include_usage_) last["usage"] = UsageJson(prompt_tokens_, v);
+  return last;
+}
+
+bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const {
+  size_t upto = v.done ? v.text.size() : Utf8SafeLength(v.text);
+  if (!v.done) upto = upto > hold_ ? std::min(upto, v.text.size() - std::min(hold_, v.text.size())) : 0;
+  upto = std::max(upto, state.sent_bytes);
+  if (upto > state.sent_bytes || v.tokens.size() > state.sent_tokens) {
+    const std::vector<runtime::Token> toks(
+        v.tokens.begin() + static_cast<long>(std::min(state.sent_tokens, v.tokens.size())), v.tokens.end());
+    const std::string text = v.text.substr(state.sent_bytes, upto - state.sent_bytes);
+    std::vector<TokenLogprobs> probs;
+    if (n_probs_ > 0 && v.logprobs.size() > state.sent_tokens) {
+      probs.assign(v.logprobs.begin() + static_cast<long>(state.sent_tokens), v.logprobs.end());
+    }
+    if (!text.empty() || ((return_tokens_ || n_probs_ > 0) && !toks.empty())) {
+      if (!Event(sink, Chunk(text, toks, std::nullopt, probs))) return false;
+    }
+    state.sent_bytes = upto;
+    state.sent_tokens = v.tokens.size();
+  } else if (!v.done) {
+    // Nothing new: a comment line keeps the connection honest (and finds a gone client).
+    static const char kPing[] = ": ping\n\n";
+    if (!sink.is_writable() || !sink.write(kPing, sizeof kPing - 1)) return false;
+  }
+  return true;
+}
+
+bool Completion::Stream(Job& job, StreamState& state, httplib::DataSink& sink) const {
+  if (!state.started) {
+    state.started = true;
+    if (endpoint_ == Endpoint::kChatCompletions) {
+      const json first = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_},
+                          {"choices", json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                    {"logprobs", nullptr}, {"finish_reason", nullptr}}})}};
+      if (!Event(sink, first)) {
+        job.Cancel();
+        return false;
+      }
+    }
+  }
+  while (true) {
+    const Job::View v = job.WaitFor(state.sent_tokens, std::chrono::milliseconds(200));
+    if (v.done && v.error) {
+      Event(sink, v.error->Body());
+      sink.done();
+      return true;
+    }
+    if (!SendNew(v, state, sink)) {
+      job.Cancel();
+      return false;
+    }
+    if (v.done) {
+      bool ok = Event(sink, Last(v));
+      if (ok && endpoint_ != Endpoint::kLlamaCompletion) {
+        static const char kDone[] = "data: [DONE]\n\n";
+        ok = sink.write(kDone, sizeof kDone - 1);
+      }
+      sink.done();
+      return ok;
+    }
+  }
+}
+
+}  // namespace skippy::server

@@ -1,0 +1,356 @@
+// The lane cache against a fake backend: every strategy's restore and record plan, lane reuse,
+// namespaces, eviction (also while an entry is pinned) and the disabled cache. No llama.cpp, no
+// model files. A restored lane is compared with what a recompute of the same prefix holds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "fake_backend.h"
+#include "skippy/cache/payload_store.h"
+#include "skippy/lane_cache/lane_cache.h"
+
+namespace skippy::lane_cache {
+namespace {
+
+using testing::FakeBackend;
+using Kind = FakeBackend::Kind;
+
+std::vector<Token> Seq(Token first, size_t n) {
+  std::vector<Token> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+std::vector<Token> Cat(std::vector<Token> a, const std::vector<Token>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<float> LogitsOf(std::span<const Token> prompt) {
+  std::vector<float> logits(FakeBackend::kVocab, 0.0f);
+  logits[FakeBackend::Chain(prompt) % FakeBackend::kVocab] = static_cast<float>(prompt.size());
+  return logits;
+}
+
+struct Ran {
+  JobStart start;
+  std::vector<size_t> boundaries_seen;  // AtBoundary calls
+};
+
+// What a scheduler does with one job: Begin, prefill in the planned batches (AtBoundary after each
+// but the last), the first token, one decoded token, Finish.
+Ran RunJob(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vector<Token>& prompt,
+           std::vector<size_t> message_ends = {}, const std::string& ns = "") {
+  Ran r;
+  r.start = cache.Begin(lane, ns, prompt, message_ends);
+  EXPECT_EQ(backend.kv(lane), std::vector<Token>(prompt.begin(), prompt.begin() + r.start.restored))
+      << "the restored lane is not the prompt's prefix";
+  if (backend.recurrent_kind()) {
+    EXPECT_EQ(backend.recurrent(lane), FakeBackend::Chain(std::span(prompt).first(r.start.restored)))
+        << "the restored recurrent state is not a recompute's";
+  }
+  if (!r.start.decoded) {
+    size_t pos = r.start.restored;
+    EXPECT_FALSE(r.start.chunk_ends.empty());
+    EXPECT_EQ(r.start.chunk_ends.back(), prompt.size());
+    for (size_t end : r.start.chunk_ends) {
+      EXPECT_GT(end, pos);
+      backend.Append(lane, std::span(prompt).subspan(pos, end - pos));
+      pos = end;
+      if (end < prompt.size()) {
+        cache.AtBoundary(lane, end);
+        r.boundaries_seen.push_back(end);
+      }
+    }
+  } else {
+    EXPECT_EQ(r.start.restored, prompt.size());
+    EXPECT_EQ(r.start.decoded->logits, LogitsOf(prompt));
+  }
+  cache.AfterFirstToken(lane, LogitsOf(prompt));
+  const Token generated = 999;
+  backend.Append(lane, std::span(&generated, 1));
+  cache.Finish(lane, true);
+  return r;
+}
+
+std::unique_ptr<LaneCache> Make(FakeBackend& backend, LaneCacheOptions o = {}) {
+  o.record_stride = 16;
+  auto c = LaneCache::Create(o, backend);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+void ExpectConsistent(const LaneCache& c) {
+  const LaneCacheStats s = c.Stats();
+  EXPECT_EQ(s.cache.pool.index.entries, s.tier.payloads) << "an entry without its payload, or the reverse";
+}
+
+TEST(Dense, LaneReuseThenStoredEntryOnAnotherLane) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  EXPECT_EQ(c->strategy().name(), "dense");
+  const auto doc = Seq(1, 100);
+  const Ran first = RunJob(*c, b, 0, Cat(doc, Seq(500, 10)));
+  EXPECT_EQ(first.start.miss_reason, "never-seen");
+  EXPECT_EQ(c->Stats().records, 1u) << "dense records the prompt end only";
+  // The same lane keeps its prompt and is cut back to the shared 100 tokens.
+  const Ran second = RunJob(*c, b, 0, Cat(doc, Seq(600, 10)));
+  EXPECT_EQ(second.start.miss_reason, "");
+  EXPECT_EQ(second.start.restored, 100u);
+  EXPECT_EQ(c->Stats().lane_hits, 1u);
+  // Another lane imports the stored entry of the first prompt, cut to the shared prefix.
+  const Ran third = RunJob(*c, b, 1, Cat(doc, Seq(700, 10)));
+  EXPECT_EQ(third.start.payload, "resident-kv");
+  EXPECT_EQ(third.start.restored, 100u);
+  EXPECT_EQ(c->Stats().stored_hits, 1u);
+  ExpectConsistent(*c);
+}
+
+TEST(Dense, ExactRepeatIsAnsweredFromItsDecodedResult) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  const auto prompt = Seq(1, 80);
+  RunJob(*c, b, 0, prompt);
+  const Ran again = RunJob(*c, b, 1, prompt);
+  ASSERT_NE(again.start.decoded, nullptr);
+  EXPECT_EQ(again.start.restored, prompt.size());
+  EXPECT_TRUE(again.start.chunk_ends.empty());
+}
+
+TEST(Dense, ARestoreLeavesABatchOfTheLastRunsClassToPrefill) {
+  FakeBackend b(Kind::kDense, 2, /*min_batch=*/64);
+  auto c = Make(b);
+  const auto doc = Seq(1, 300);
+  RunJob(*c, b, 0, doc);
+  // A prompt that extends the document by 10 tokens: a 64-row batch must be left, so the restore
+  // ends at 310 - 64 at most.
+  const Ran r = RunJob(*c, b, 1, Cat(doc, Seq(800, 10)));
+  EXPECT_GT(r.start.restored, 0u);
+  EXPECT_LE(r.start.restored, 310u - 64u);
+  for (size_t i = 0, pos = r.start.restored; i < r.start.chunk_ends.size(); pos = r.start.chunk_ends[i++]) {
+    EXPECT_GE(r.start.chunk_ends[i] - pos, 64u) << "a batch below the long class";
+  }
+}
+
+TEST(Dense, ShortMessagesAreNotServedFromRowsComputedInLongBatches) {
+  FakeBackend b(Kind::kDense, 2, /*min_batch=*/64);
+  auto c = Make(b);
+  const auto prompt = Seq(1, 200);
+  RunJob(*c, b, 0, prompt);  // raw: one long run
+  // The same tokens as a chat whose last messages are short: rows past 180 are classed short now.
+  const Ran chat = RunJob(*c, b, 1, Cat(prompt, Seq(900, 6)), {100, 180, 190, 200, 203});
+  EXPECT_LE(chat.start.restored, 180u) << "restored rows computed in another batch class";
+}
+
+TEST(SlidingWindow, RecordsPlannedBoundariesThatServeTheirExactLength) {
+  FakeBackend b(Kind::kSlidingWindow, 2, 2, /*n_swa=*/32);
+  auto c = Make(b);
+  EXPECT_EQ(c->strategy().name(), "sliding-window");
+  const auto doc = Seq(1, 120);
+  const Ran first = RunJob(*c, b, 0, Cat(doc, Seq(500, 20)), {120, 140});
+  EXPECT_FALSE(first.boundaries_seen.empty()) << "no planned records";
+  EXPECT_GT(c->Stats().records, 1u) << "boundaries and the prompt end are recorded";
+  // Another lane: only an entry's exact length serves (longer than the window); the turn boundary
+  // at 120 was recorded, so the next question restores exactly the document.
+  const Ran other = RunJob(*c, b, 1, Cat(doc, Seq(600, 20)), {120, 140});
+  EXPECT_EQ(other.start.restored, 120u);
+  EXPECT_EQ(other.start.payload, "resident-kv");
+  EXPECT_EQ(b.PaddedPrefix(1), 120) << "an exact-length entry is imported padded back to position 0";
+  ExpectConsistent(*c);
+}
+
+TEST(SlidingWindow, LaneWinsOverAPaddedImportThatSavesLittle) {
+  FakeBackend b(Kind::kSlidingWindow, 2, 2, 32);
+  auto c = Make(b);
+  const auto doc = Seq(1, 150);
+  RunJob(*c, b, 0, Cat(doc, Seq(500, 20)), {150, 170});
+  const Ran again = RunJob(*c, b, 0, Cat(doc, Seq(600, 20)), {150, 170});
+  EXPECT_EQ(c->Stats().lane_hits, 1u);
+  EXPECT_EQ(again.start.restored, 150u);
+}
+
+TEST(Hybrid, ALaneHitRestoresOnlyTheRecurrentState) {
+  FakeBackend b(Kind::kHybrid);
+  auto c = Make(b);
+  EXPECT_EQ(c->strategy().name(), "hybrid");
+  const auto doc = Seq(1, 128);
+  const Ran first = RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), {128, 140});
+  EXPECT_FALSE(first.boundaries_seen.empty());
+  // Records were deferred to the prompt end: one full export plus one recurrent copy per boundary.
+  EXPECT_GE(c->Stats().records, 2u);
+  const Ran second = RunJob(*c, b, 0, Cat(doc, Seq(600, 12)), {128, 140});
+  EXPECT_EQ(second.start.restored, 128u);
+  EXPECT_EQ(second.start.payload, "kv-recurrent");
+  EXPECT_EQ(c->Stats().recurrent_onto_hits, 1u);
+  EXPECT_EQ(b.onto_restores(), 1);
+  // Another lane imports the whole state.
+  const Ran third = RunJob(*c, b, 1, Cat(doc, Seq(700, 12)), {128, 140});
+  EXPECT_EQ(third.start.restored, 128u);
+  EXPECT_EQ(c->Stats().recurrent_onto_hits, 1u);
+  ExpectConsistent(*c);
+}
+
+TEST(Recurrent, EntriesExistOnlyAtRecordedBoundaries) {
+  FakeBackend b(Kind::kRecurrent);
+  auto c = Make(b);
+  EXPECT_EQ(c->strategy().name(), "recurrent");
+  const auto doc = Seq(1, 96);
+  const Ran first = RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), {96, 108});
+  const uint64_t records = c->Stats().records;
+  EXPECT_GE(records, 2u);
+  // The lane keeps nothing: the next job on it imports a stored state at a recorded boundary.
+  const Ran second = RunJob(*c, b, 0, Cat(doc, Seq(600, 12)), {96, 108});
+  EXPECT_EQ(second.start.restored, 96u);
+  EXPECT_EQ(c->Stats().lane_hits, 0u);
+  // A prompt that shares 50 tokens: no boundary there (a recurrent state cannot be cut back).
+  const Ran third = RunJob(*c, b, 1, Cat(Seq(1, 50), Seq(900, 60)));
+  EXPECT_TRUE(std::find(first.boundaries_seen.begin(), first.boundaries_seen.end(), third.start.restored) !=
+                  first.boundaries_seen.end() ||
+              third.start.restored == 0);
+}
+
+TEST(Disabled, CacheOffMissesRecordsNothingAndPlansTheSameBatches) {
+  for (Kind kind : {Kind::kDense, Kind::kSlidingWindow, Kind::kHybrid, Kind::kRecurrent}) {
+    FakeBackend on_backend(kind), off_backend(kind);
+    auto on = Make(on_backend);
+    LaneCacheOptions off_options;
+    off_options.enabled = false;
+    auto off = Make(off_backend, off_options);
+    EXPECT_EQ(off->strategy().name(), "disabled");
+    const auto prompt = Seq(1, 150);
+    const std::vector<size_t> ends = {100, 150};
+    const Ran a = RunJob(*on, on_backend, 0, prompt, ends);
+    const Ran b = RunJob(*off, off_backend, 0, prompt, ends);
+    EXPECT_EQ(b.start.miss_reason, "cache-disabled");
+    EXPECT_EQ(a.start.chunk_ends, b.start.chunk_ends) << "--no-cache must prefill in the same batches";
+    const Ran again = RunJob(*off, off_backend, 0, prompt, ends);
+    EXPECT_EQ(again.start.restored, 0u);
+    EXPECT_EQ(off->Stats().records, 0u);
+    EXPECT_EQ(off->Stats().cache.pool.index.entries, 0u);
+    EXPECT_FALSE(off->Stats().enabled);
+  }
+}
+
+TEST(Disabled, AnUncertifiedFamilyIsNeverServed) {
+  FakeBackend b(Kind::kUncertified);
+  auto c = Make(b);
+  const Ran r = RunJob(*c, b, 0, Seq(1, 100));
+  RunJob(*c, b, 0, Seq(1, 100));
+  EXPECT_EQ(r.start.miss_reason, "cache-disabled");
+  EXPECT_EQ(c->Stats().records, 0u);
+  EXPECT_TRUE(b.kv(0).empty()) << "Finish clears a lane the cache does not keep";
+}
+
+TEST(LaneCache, ShortPromptsAreNeitherServedNorRecorded) {
+  FakeBackend b(Kind::kDense, 2, /*min_batch=*/64);
+  auto c = Make(b);
+  RunJob(*c, b, 0, Seq(1, 40));
+  const Ran r = RunJob(*c, b, 1, Seq(1, 40));
+  EXPECT_EQ(r.start.miss_reason, "short-prompt");
+  EXPECT_EQ(c->Stats().records, 0u);
+}
+
+TEST(LaneCache, NamespacesShareNeitherEntriesNorLanes) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  const auto prompt = Cat(Seq(1, 100), Seq(500, 8));
+  RunJob(*c, b, 0, prompt, {}, "tenant-a");
+  const Ran other = RunJob(*c, b, 0, prompt, {}, "tenant-b");
+  EXPECT_EQ(other.start.restored, 0u) << "tenant B was served tenant A's prefix";
+  EXPECT_EQ(c->Stats().lane_hits, 0u);
+  const Ran own = RunJob(*c, b, 1, prompt, {}, "tenant-a");
+  EXPECT_GT(own.start.restored, 0u);
+}
+
+TEST(LaneCache, ClearDropsANamespacesEntriesAndItsLaneMemory) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  const auto pa = Cat(Seq(1, 100), Seq(500, 8));
+  const auto pb = Cat(Seq(2000, 100), Seq(500, 8));
+  RunJob(*c, b, 0, pa, {}, "a");
+  RunJob(*c, b, 1, pb, {}, "b");
+  EXPECT_EQ(c->Clear(std::string("a")), 1u);
+  const Ran a_again = RunJob(*c, b, 0, pa, {}, "a");
+  EXPECT_EQ(a_again.start.restored, 0u) << "served after its namespace was cleared";
+  const Ran b_again = RunJob(*c, b, 0, pb, {}, "b");
+  EXPECT_GT(b_again.start.restored, 0u) << "another namespace's entries went too";
+  ExpectConsistent(*c);
+}
+
+TEST(LaneCache, AFailedImportIsAMissWithAClearedLane) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  const auto doc = Seq(1, 100);
+  RunJob(*c, b, 0, Cat(doc, Seq(500, 8)));
+  b.FailImports(true);
+  const JobStart s = c->Begin(1, "", Cat(doc, Seq(600, 8)), {});
+  EXPECT_EQ(s.miss_reason, "restore-failed");
+  EXPECT_EQ(s.restored, 0u);
+  EXPECT_TRUE(b.kv(1).empty());
+  c->Finish(1, false);
+}
+
+TEST(LaneCache, AnUnfinishedJobLeavesItsLaneCleared) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  const auto prompt = Seq(1, 100);
+  const JobStart s = c->Begin(0, "", prompt, {});
+  b.Append(0, std::span(prompt).first(s.chunk_ends.front()));
+  c->Finish(0, false);  // cancelled mid-prefill
+  EXPECT_TRUE(b.kv(0).empty());
+  EXPECT_EQ(c->Stats().records, 0u);
+}
+
+TEST(LaneCache, CapsEvictOldEntriesAndKeepEveryPayloadOwned) {
+  FakeBackend b(Kind::kRecurrent);
+  LaneCacheOptions o;
+  o.max_entries = 6;
+  auto c = Make(b, o);
+  for (Token i = 0; i < 20; ++i) RunJob(*c, b, i % 2, Seq(1000 * (i + 1), 100), {80, 100});
+  const LaneCacheStats s = c->Stats();
+  EXPECT_LE(s.cache.pool.index.entries, 6u);
+  EXPECT_GT(s.evictions, 0u);
+  ExpectConsistent(*c);
+}
+
+// A tier eviction that reaches an entry a lookup has pinned: the entry goes once the pin is
+// dropped, and its payload is not given back twice.
+TEST(Recorder, TierEvictionOfAPinnedEntryFreesItOnRelease) {
+  FakeBackend b(Kind::kRecurrent);
+  cache::CacheOptions co;
+  co.pool.seq_id_begin = co.pool.seq_id_end = 2;
+  co.pool.lane_count = 2;
+  auto core = std::move(*cache::Cache::Create(co));
+  // Room for one state of 100 tokens (8 + 8 + 400 + 8 bytes) and not two.
+  auto tier = std::move(*cache::PayloadStore::Create({64, 700, 2}));
+  EntryTable entries;
+  LaneCacheCounters counters;
+  Recorder rec(b, *core, *tier, entries, counters);
+  cache::PrefixScope scope;
+  scope.config = b.facts().identity;
+  const auto a = Seq(1, 100), bb = Seq(5000, 100);
+  const auto classes = cache::BatchClasses::Of(100, {}, 2);
+  b.Append(0, a);
+  rec.Recurrent(0, scope, a, classes);
+  ASSERT_EQ(counters.records, 1u);
+  auto hit = core->Lookup(scope, a);
+  ASSERT_TRUE(hit.ok() && hit->hit());
+  (void)b.Clear(0);
+  b.Append(0, bb);
+  rec.Recurrent(0, scope, bb, classes);  // the tier evicts a's payload; a is pinned
+  EXPECT_EQ(counters.records, 2u);
+  EXPECT_EQ(counters.evictions, 1u);
+  EXPECT_EQ(entries.size(), 2u) << "a pinned entry stays until its pin is dropped";
+  EXPECT_EQ(tier->Stats().payloads, 1u);
+  rec.Release(hit->match->entry.id);
+  EXPECT_EQ(entries.size(), 1u);
+  EXPECT_EQ(core->Stats().pool.index.entries, 1u);
+  EXPECT_TRUE(core->CheckInvariants().ok());
+  EXPECT_TRUE(tier->CheckInvariants().ok());
+  EXPECT_FALSE(core->Lookup(scope, a)->hit());
+}
+
+}  // namespace
+}  // namespace skippy::lane_cache
