@@ -1,6 +1,6 @@
 // skippy-bench report: renders README-ready evidence from production-cache-bench.json files.
 //
-// Sections (product.md): "Full-GGUF llama-server vs Skippy", "Use-Case Benchmark Matrix" (rows: use
+// Sections (as the README shows them): "Full-GGUF llama-server vs Skippy", "Use-Case Benchmark Matrix" (rows: use
 // cases, columns: families), the use-case source table, and "Package-only". Rows and columns keep
 // the family table's order; a family whose correctness failed is left out of the promoted tables
 // and listed with its reason; missing cells are "-"; table cells escape '|'. Every table is

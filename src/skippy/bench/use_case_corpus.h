@@ -1,5 +1,5 @@
 // The use-case corpus (evals/skippy-usecase-corpus.json): prompts in the spirit of one row of a
-// public dataset each, with the source coordinates kept. Format (product.md):
+// public dataset each, with the source coordinates kept. Format:
 //   {"version": 1, "use_cases": [{"key", "label", "prefix_tokens", "source": {"dataset", "config",
 //    "split", "row_idx"}, "prompt"}]}
 #pragma once

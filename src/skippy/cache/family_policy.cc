@@ -10,7 +10,7 @@ using enum MemoryKind;
 constexpr PayloadKind kRk = PayloadKind::kResidentKv;
 constexpr PayloadKind kKr = PayloadKind::kKvRecurrent;
 
-// The family table: one row per family, evidence order (product.md, "Model families").
+// The family table: one row per family, evidence order (the README's family table).
 constexpr std::array<FamilyRow, 14> kFamilyTable = {{
     {"qwen3next", "Qwen3Next", "qwen3next", kHybrid, kKr, false},
     {"falcon-h1", "Falcon-H1", "falcon-h1", kHybrid, kKr, false},

@@ -1,7 +1,7 @@
 // Family policy: which production payload a model may use, decided from its architecture, its
 // tensor names and the memory kind llama.cpp reports -- never from a hand-written switch.
 //
-// The rules (shared/spec/product.md, "Production cache payloads"):
+// The rules (docs/DESIGN.md, "Payloads and prefix identity"):
 //   - A model with recurrent/stateful tensors (a name containing ".ssm", "ssm_", "time_mix",
 //     "recurrent" or "rwkv") or whose llama.cpp memory is recurrent or hybrid never gets KV-only
 //     reuse: it gets kKvRecurrent or nothing.
@@ -35,7 +35,7 @@ enum class MemoryKind : uint8_t {
 };
 std::string_view MemoryKindName(MemoryKind kind);
 
-// One row of the known-family table, in the evidence order of product.md.
+// One row of the known-family table, in the evidence order (the README's family table).
 struct FamilyRow {
   std::string_view key;           // stable id used in tables and JSON, e.g. "qwen3next"
   std::string_view display_name;  // e.g. "Qwen3Next"

@@ -11,7 +11,7 @@ namespace skippy::cache {
 
 using Token = int32_t;
 
-// What a cache entry holds (see shared/spec/product.md, "Production cache payloads").
+// What a cache entry holds (docs/DESIGN.md, "Payloads and prefix identity").
 //   kResidentKv     attention KV kept resident in a cache sequence of the live context. Attention
 //                   KV can be truncated, so an entry serves every shorter prefix of its tokens.
 //   kKvRecurrent    attention KV plus recurrent/SSM state captured at the recorded boundary. It

@@ -3,7 +3,7 @@
 // A cached prefix is valid for a request only when the model, the layer range, the runtime ABI and
 // llama.cpp version, the KV layout and dtypes, the context/position configuration, the tenant
 // namespace (cache salt), the token start and the exact token ids all match
-// (shared/spec/product.md, "Prefix identity"). This header holds the non-token part; the radix index
+// (docs/DESIGN.md, "Payloads and prefix identity"). This header holds the non-token part; the radix index
 // holds the tokens.
 //
 // Hashing. PrefixScope::Fingerprint() is XXH3-64 over a canonical, length-prefixed encoding. It is

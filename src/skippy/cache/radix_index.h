@@ -4,7 +4,7 @@
 // Entries sit at token boundaries and describe a payload held elsewhere (a resident cache sequence,
 // a payload-store id); the index never owns payload bytes, it only charges them.
 //
-// Serving rules (shared/spec/product.md):
+// Serving rules (docs/DESIGN.md, "Payloads and prefix identity"):
 //   - A kResidentKv entry of length n serves any prefix length L <= n that the request shares with
 //     it: a stored descendant serves an ancestor position (attention KV can be truncated).
 //   - Every other kind serves only the exact boundary where it was recorded.

@@ -1,4 +1,4 @@
-// The synthetic model zoo: one table row per model family of shared/spec/product.md.
+// The synthetic model zoo: one table row per model family (the README's family table).
 //
 // A family's identity (key, display name, llama.cpp architecture, memory kind, production payload)
 // is its row in the cache core's family table (skippy/cache/family_policy.h). A zoo row adds what
@@ -76,7 +76,7 @@ struct Dims {
 struct FamilySpec {
   std::string_view key;           // the family-table key: file name, JSON key, CLI --case
   std::string_view arch_note;     // what the real model has (MLA + MoE, SWA, hybrid ...)
-  std::string_view model_ref;     // representative real GGUF (product.md)
+  std::string_view model_ref;     // representative real GGUF (the README's family table)
   std::string_view vocab;         // models/ggml-vocab-<vocab>.gguf in the llama.cpp tree
   std::string_view vocab_note;    // empty when it is the family's real tokenizer, else why a stand-in
   uint64_t seed;
@@ -97,7 +97,7 @@ struct FamilySpec {
   std::string_view display_name() const { return row().display_name; }
 };
 
-// All families in evidence order (product.md), DeepSeek3 last.
+// All families in evidence order (the README's family table), DeepSeek3 last.
 std::span<const FamilySpec> Families();
 // NotFound with the list of known keys when `key` is not a family.
 StatusOr<const FamilySpec*> FindFamily(std::string_view key);
