@@ -10,7 +10,8 @@ struct LaneCacheOptions {
   // False: every job misses with "cache-disabled" and nothing is recorded; prefill is planned and
   // cut exactly as with the cache on (a --no-cache server computes the same numbers).
   bool enabled = true;
-  // Why the cache is off although it was asked for (the startup batch-split check); "" otherwise.
+  // Why the cache does not serve although it was asked for (an uncertified family, a failed startup
+  // batch-split check); "" otherwise.
   std::string disabled_reason;
 
   // Exact-boundary records (KvRecurrent, sliding-window ResidentKv): a grid every record_stride

@@ -72,7 +72,8 @@ class SlidingWindow final : public Dense {
   // prompts have taken the lane) restores it. The lane holds exactly these tokens, computed in the
   // batches of a recompute.
   void AfterLaneCut(int32_t lane, const LaneJob& job, size_t keep, size_t branch) override {
-    if (keep == branch && ExactOnly(keep) && keep >= t_.record_stride && job.records) {
+    if (keep == branch && ExactOnly(keep) && keep >= t_.record_stride && keep >= t_.backend.facts().min_exact_batch &&
+        job.records) {
       t_.recorder.Resident(lane, job.scope, std::span(job.prompt).first(keep), job.classes, true);
     }
   }

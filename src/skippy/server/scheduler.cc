@@ -87,11 +87,12 @@ Status Scheduler::Load() {
   eo.context.swa_full = true;
   eo.cache_seq_count = 0;
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
-  if (!engine_->family().enabled) {
-    std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
-  }
   SKIPPY_ASSIGN_OR_RETURN(backend_, lane_cache::EngineBackend::Create(*engine_, options_.prefill_chunk));
   lane_cache::LaneCacheOptions lo = CacheOptionsOf(options_);
+  if (!engine_->family().enabled) {
+    lo.disabled_reason = StrCat("the family is not certified: ", engine_->family().reason);
+    std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
+  }
   if (lo.enabled && engine_->family().enabled) {
     // Restores are exact only if prefill results do not depend on where batches are cut (above
     // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
