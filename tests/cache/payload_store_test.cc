@@ -72,6 +72,27 @@ TEST(PayloadStore, DuplicateBlocksAreStoredOnce) {
   EXPECT_EQ(*store->Get(pb->id), b);
 }
 
+// Blocks are shared within a dedup domain (a tenant) only: a tenant that stores another tenant's
+// bytes pays for them in full, so physical bytes reveal nothing across tenants.
+TEST(PayloadStore, BlocksAreSharedWithinADedupDomainOnly) {
+  auto store = Make();
+  auto data = Bytes(4096, 3);
+  auto a1 = store->Put(data, nullptr, /*dedup_domain=*/1);
+  ASSERT_TRUE(a1.ok());
+  const uint64_t one = store->Stats().physical_bytes;
+  auto a2 = store->Put(data, nullptr, 1);
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(a2->new_blocks, 0u);
+  EXPECT_EQ(store->Stats().physical_bytes, one);
+  auto b1 = store->Put(data, nullptr, 2);
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(b1->shared_blocks, 0u);
+  EXPECT_EQ(store->Stats().physical_bytes, 2 * one);
+  EXPECT_EQ(store->Stats().hash_collisions, 0u) << "equal bytes in another domain are no collision";
+  EXPECT_EQ(*store->Get(b1->id), data);
+  EXPECT_TRUE(store->CheckInvariants().ok()) << store->CheckInvariants();
+}
+
 TEST(PayloadStore, RepeatedBlocksWithinOnePayloadAreStoredOnce) {
   auto store = Make();
   std::vector<std::byte> zeros(4096, std::byte{0});

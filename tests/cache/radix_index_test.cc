@@ -145,7 +145,9 @@ TEST(RadixIndex, NamespacesAreIsolated) {
   ASSERT_TRUE(idx.Insert(MakeScope("tenant-a"), Range(0, 10), Rk()).ok());
   LookupResult r = idx.Lookup(MakeScope("tenant-b"), Range(0, 10), false);
   EXPECT_FALSE(r.hit());
-  EXPECT_EQ(r.miss_reason, MissReason::kIdentityMismatch);
+  // Tenant B learns nothing from the miss reason: the same answer as for a prompt nobody sent.
+  EXPECT_EQ(r.miss_reason, MissReason::kNeverSeen);
+  EXPECT_EQ(r.path_tokens, 0u);
 }
 
 TEST(RadixIndex, MissReasonsAreCounted) {

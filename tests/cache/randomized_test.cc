@@ -86,7 +86,8 @@ class RefPool {
       }
     }
     for (const auto& [id, e] : entries_) {
-      if (e.live && e.scope != scope && Serves(e.req.kind, e.tokens, q) > 0) {
+      if (e.live && e.scope != scope && scopes_[e.scope].cache_namespace == scopes_[scope].cache_namespace &&
+          Serves(e.req.kind, e.tokens, q) > 0) {
         r.miss_reason = MissReason::kIdentityMismatch;
         return r;
       }
@@ -260,7 +261,7 @@ void ExpectSame(const LookupResult& got, const LookupResult& want, const char* w
   ASSERT_EQ(got.match->exact_boundary, want.match->exact_boundary) << what << " op " << op;
 }
 
-void RunPoolSeed(uint32_t seed, int ops) {
+void RunPoolSeed(uint32_t seed, int ops, uint64_t* identity_mismatches) {
   std::mt19937 rng(seed);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int vocab = uni(2, 6);
@@ -430,7 +431,9 @@ void RunPoolSeed(uint32_t seed, int ops) {
   EXPECT_GT(st.index.miss_never_seen, 0u);
   EXPECT_GT(st.index.evictions, 0u);
   EXPECT_GT(st.index.miss_evicted, 0u);
-  EXPECT_GT(st.index.miss_identity_mismatch, 0u);
+  // Identity mismatches (another configuration in the same namespace) are rarer: counted over
+  // all seeds by the caller.
+  *identity_mismatches += st.index.miss_identity_mismatch;
   EXPECT_GT(st.reserve_failures, 0u);
   std::printf("seed %u: hits %llu misses %llu (never %llu, evicted %llu, mismatch %llu) evictions %llu "
               "reserve failures %llu\n",
@@ -442,11 +445,13 @@ void RunPoolSeed(uint32_t seed, int ops) {
 
 TEST(Randomized, ResidentPoolMatchesBruteForceReference) {
   // 8 seeds x 15,000 operations = 120,000 operations.
+  uint64_t identity_mismatches = 0;
   for (uint32_t seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    RunPoolSeed(seed, 15000);
+    RunPoolSeed(seed, 15000, &identity_mismatches);
     if (HasFatalFailure()) return;
   }
+  EXPECT_GT(identity_mismatches, 0u);
 }
 
 // ---- PayloadStore against a reference of live payload contents ---------------------------------

@@ -41,6 +41,7 @@ struct Block {
   size_t size = 0;
   size_t capacity = 0;
   Hash128Value hash;
+  uint64_t domain = 0;  // the dedup domain of the payloads that share it
   uint32_t refs = 0;
 };
 
@@ -177,7 +178,7 @@ PayloadStore::~PayloadStore() {
   }
 }
 
-StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes, OnEvict on_evict) {
+StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes, OnEvict on_evict, uint64_t domain) {
   if (bytes.empty()) return absl::InvalidArgumentError("payload store: cannot store an empty payload");
   const size_t bs = impl_->options.block_size;  // immutable after construction
   const size_t n = (bytes.size() + bs - 1) / bs;
@@ -225,13 +226,16 @@ StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes, OnEvict 
   for (size_t i = 0; i < n; ++i) {
     std::span<const std::byte> blk = bytes.subspan(i * bs, std::min(bs, bytes.size() - i * bs));
     if (auto it = m.blocks.find(hashes[i]); it != m.blocks.end()) {
+      bool same_domain = false;
       for (Block* b : it->second) {
+        if (b->domain != domain) continue;  // never shared across domains
+        same_domain = true;
         if (b->size == blk.size() && std::memcmp(b->data.get(), blk.data(), blk.size()) == 0) {
           existing[i] = b;
           break;
         }
       }
-      if (existing[i] == nullptr) ++collisions;
+      if (existing[i] == nullptr && same_domain) ++collisions;
     }
     if (existing[i] != nullptr) continue;
     auto& seen = fresh[hashes[i]];
@@ -312,6 +316,7 @@ StatusOr<PutResult> PayloadStore::Put(std::span<const std::byte> bytes, OnEvict 
     }
     b->size = blk.size();
     b->hash = hashes[i];
+    b->domain = domain;
     b->refs = 1;
     m.blocks[hashes[i]].push_back(b);
     m.stats.physical_bytes += b->size;

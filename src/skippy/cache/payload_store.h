@@ -4,8 +4,8 @@
 // A payload is split into fixed-size blocks (1 MiB by default; the last one may be shorter). Blocks
 // are content-addressed: indexed by XXH3-128 of their bytes, and a matching hash is confirmed by
 // comparing the bytes, so a collision stores a second block instead of aliasing. Blocks are
-// reference counted across payloads; identical blocks (shared prompt prefixes, zero padding) are
-// stored once. SHA-256 per block is computed only at report time (BlockDigests), never on the hot
+// reference counted across payloads; identical blocks (shared prompt prefixes, zero padding) of
+// one dedup domain are stored once. SHA-256 per block is computed only at report time (BlockDigests), never on the hot
 // path.
 //
 // Accounting: logical bytes (sum of payload sizes), physical bytes (sum of distinct block sizes),
@@ -73,8 +73,11 @@ class PayloadStore final : public PayloadTier {
   std::string_view name() const override { return "memory"; }
   // Stores a copy of `bytes`. InvalidArgument for an empty payload or one whose distinct blocks
   // alone exceed the whole cap; ResourceExhausted when pinned payloads leave no room.
-  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes, OnEvict on_evict) override;
-  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes) { return Put(bytes, nullptr); }
+  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes, OnEvict on_evict,
+                                        uint64_t dedup_domain) override;
+  [[nodiscard]] StatusOr<PutResult> Put(std::span<const std::byte> bytes, OnEvict on_evict = nullptr) {
+    return Put(bytes, std::move(on_evict), 0);
+  }
 
   // Payload size. NotFound for an unknown or freed id.
   [[nodiscard]] StatusOr<size_t> Size(PayloadId id) const override;

@@ -12,6 +12,10 @@
 // Accounting: logical bytes (sum of payload sizes) and physical bytes (what the tier holds after
 // deduplication, what the cap bounds). Get and ReadRange count as use for the eviction order.
 //
+// Dedup domains: a tier may store equal bytes once, but only within one domain (the lane cache
+// passes one per tenant namespace). Whether a Put stored new bytes, and so how physical bytes
+// move, must never tell one tenant what another has stored.
+//
 // Thread-safety: every method of every tier is thread-safe.
 #pragma once
 
@@ -52,9 +56,11 @@ class PayloadTier {
   virtual std::string_view name() const = 0;
 
   // Stores a copy of `bytes`, evicting least-recently-used payloads (each owner told through its
-  // own on_evict) if the cap needs room. InvalidArgument for an empty payload or one larger than
-  // the whole cap; ResourceExhausted when nothing may be evicted. On error nothing changes.
-  [[nodiscard]] virtual StatusOr<PutResult> Put(std::span<const std::byte> bytes, OnEvict on_evict) = 0;
+  // own on_evict) if the cap needs room; bytes are shared only with payloads of the same
+  // dedup_domain. InvalidArgument for an empty payload or one larger than the whole cap;
+  // ResourceExhausted when nothing may be evicted. On error nothing changes.
+  [[nodiscard]] virtual StatusOr<PutResult> Put(std::span<const std::byte> bytes, OnEvict on_evict,
+                                                uint64_t dedup_domain) = 0;
   // NotFound for an unknown, erased or evicted id.
   [[nodiscard]] virtual StatusOr<size_t> Size(PayloadId id) const = 0;
   [[nodiscard]] virtual StatusOr<std::vector<std::byte>> Get(PayloadId id) = 0;

@@ -401,7 +401,8 @@ struct RadixIndex::Impl {
     if (!tokens.empty()) {
       for (const auto& [fp, vec] : scopes) {
         for (const auto& other : vec) {
-          if (other.get() == s) continue;
+          // Only the caller's own namespace: another tenant's prompts must not show in a miss reason.
+          if (other.get() == s || other->scope.cache_namespace != scope.cache_namespace) continue;
           if (other->live.Best(tokens).first != nullptr) {
             r.miss_reason = MissReason::kIdentityMismatch;
             return r;

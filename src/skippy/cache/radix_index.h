@@ -22,8 +22,10 @@
 // cost-aware policy (the entry that saves the least recompute per byte held goes first).
 //
 // Miss reasons: a miss is kEvicted when an entry that would have served it was removed from the
-// same scope (remembered as a bounded "ghost" tree), else kIdentityMismatch when another scope
-// (other config or namespace) holds an entry that would serve the same tokens, else kNeverSeen.
+// same scope (remembered as a bounded "ghost" tree), else kIdentityMismatch when another scope of
+// the same namespace (another configuration: model, KV types, kernels ...) holds an entry that
+// would serve the same tokens, else kNeverSeen. Other namespaces are never consulted, so a miss
+// reason tells a tenant nothing about what other tenants have cached.
 //
 // Thread-safety: none. A RadixIndex must be externally synchronized (Cache does this).
 #pragma once

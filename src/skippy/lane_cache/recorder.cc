@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "skippy/common/digest.h"
 #include "skippy/common/strings.h"
 #include "skippy/lane_cache/warn.h"
 
@@ -87,7 +88,10 @@ bool Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tok
     Free(e);
     ++counters_.evictions;
   }
-  auto put = tier_.Put(std::as_bytes(bytes), [this](cache::PayloadId id) { PayloadEvicted(id); });
+  // Bytes are deduplicated within the scope's namespace only (PayloadTier: dedup domains).
+  const std::string& ns = scope.cache_namespace;
+  const uint64_t domain = Hash64(std::as_bytes(std::span(ns.data(), ns.size())));
+  auto put = tier_.Put(std::as_bytes(bytes), [this](cache::PayloadId id) { PayloadEvicted(id); }, domain);
   if (!put.ok()) {
     Warn("payload put", put.status());
     (void)cache_.Abort(res->id);
