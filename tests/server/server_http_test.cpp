@@ -318,6 +318,12 @@ TEST_F(ServerHttp, AuthAndTenantNamespaces) {
   auto [sb, rb] = PostJson(*b, "/completion", req);
   ASSERT_EQ(sb, 200);
   EXPECT_EQ(rb["tokens_cached"], 0) << rb.dump();
+  // B's miss reason is what a prompt nobody sent gets: it says nothing of A's cache.
+  EXPECT_EQ(rb["skippy"].value("cache_miss_reason", ""), "never-seen") << rb.dump();
+  // Views over every tenant are for keys without a namespace.
+  EXPECT_EQ(b->Get("/cache/stats")->status, 403);
+  EXPECT_EQ(b->Get("/metrics")->status, 403);
+  EXPECT_EQ(a->Get("/cache/stats")->status, 200);
   json salted = req;
   salted["cache_salt"] = "other-salt";
   auto [ss, rs] = PostJson(*a, "/completion", salted);
@@ -381,7 +387,7 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"logprobs with stream", "unsupported_field"},
       {"negative max_tokens", "invalid_request"},
       {"huge max_tokens", "invalid_max_tokens"},
-      {"n_predict over context", "context_length_exceeded"},
+      {"n_predict over context", "invalid_max_tokens"},
       {"prompt over context", "context_length_exceeded"},
       {"token id past vocab", "invalid_prompt"},
       {"oversized body", "body_too_large"},

@@ -68,6 +68,7 @@ class ServerProcess {
   }
 
   int port() const { return port_; }
+  pid_t pid() const { return proc_ ? proc_->pid() : -1; }
   const std::string& log() const { return log_; }
   bool alive() { return proc_ && !proc_->Poll().has_value(); }
   std::string LogTail() const { return TailOfFile(log_, 3000); }

@@ -7,9 +7,13 @@
 // Exit codes: 0 after a clean stop, 1 when the model cannot be loaded or the port bound, 2 for bad
 // flags.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -19,11 +23,9 @@
 
 namespace {
 
-skippy::server::HttpServer* g_server = nullptr;
+volatile std::sig_atomic_t g_stop = 0;
 
-void OnSignal(int) {
-  if (g_server != nullptr) g_server->Stop();
-}
+void OnSignal(int) { g_stop = 1; }
 
 }  // namespace
 
@@ -77,13 +79,26 @@ int main(int argc, char** argv) {
                  "at least the smallest batch of its class)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
-  app.add_option("--cache-decoded-ram", o.decoded_ram_mib, "exact-repeat entries byte cap, MiB")->capture_default_str();
+  app.add_option("--cache-decoded-ram", o.decoded_ram_mib,
+                 "exact-repeat entries byte cap, MiB (default: a quarter of --cache-ram, at most 256)");
   app.add_option("--queue-size", o.queue_size, "requests waiting for a lane before 503")->capture_default_str();
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body (413 above)")->capture_default_str();
   app.add_option("--max-prompt-tokens", o.max_prompt_tokens, "largest prompt (0: the context)")->capture_default_str();
   app.add_option("--max-tokens-limit", o.max_tokens_limit, "largest max_tokens (0: the context)")->capture_default_str();
   app.add_option("-n,--n-predict", o.default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: lanes + queue + 8)")->capture_default_str();
+  app.add_option("--max-headers", o.max_headers, "request headers at most (431 above)")->capture_default_str()
+      ->check(CLI::Range(8, 10000));
+  app.add_option("--max-header-bytes", o.max_header_bytes, "bytes of request headers at most (431 above)")
+      ->capture_default_str()->check(CLI::Range(1024, 1 << 24));
+  app.add_option("--max-json-depth", o.max_json_depth, "nesting of a JSON body at most (400 above)")
+      ->capture_default_str()->check(CLI::Range(4, 1024));
+  app.add_option("--max-messages", o.max_messages, "chat messages per request at most (400 above)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--io-timeout", o.io_timeout_seconds, "seconds a socket read or write may stall")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--drain-seconds", o.drain_seconds, "on SIGTERM, seconds in-flight requests get before exit")
+      ->capture_default_str()->check(CLI::Range(0, 3600));
   // llama-server spells them -fa and -np; CLI11 takes one-letter short names only.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& a : args) {
@@ -112,6 +127,11 @@ int main(int argc, char** argv) {
                  2 * min_batch, flash_attn.c_str());
     return 2;
   }
+  // Decoded results (a vocabulary of logits each) count against the memory the operator gave the
+  // cache: by default a quarter of --cache-ram, so --cache-ram bounds everything cached.
+  if (app.count("--cache-decoded-ram") == 0) {
+    o.decoded_ram_mib = std::clamp<uint64_t>(o.cache_ram_mib / 4, 1, 256);
+  }
   if (o.record_tail == 1) {
     std::fprintf(stderr, "skippy-server: --cache-record-tail must be 0 or at least 2 (a one-row batch is a class of its own)\n");
     return 2;
@@ -128,11 +148,25 @@ int main(int argc, char** argv) {
 
   std::signal(SIGPIPE, SIG_IGN);
   skippy::server::HttpServer server(o);
-  g_server = &server;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  // SIGINT/SIGTERM stop the server; in-flight requests get --drain-seconds, then the process exits
+  // whatever a client still holds open.
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!g_stop && !done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done) return;
+    server.Stop();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_seconds);
+    while (!done && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!done) {
+      std::fprintf(stderr, "skippy-server: exiting after a %d s drain with connections still open\n", o.drain_seconds);
+      std::_Exit(0);
+    }
+  });
   const absl::Status s = server.Run();
-  g_server = nullptr;
+  done = true;
+  watcher.join();
   if (!s.ok()) {
     std::fprintf(stderr, "skippy-server: %s\n", std::string(s.message()).c_str());
     return 1;

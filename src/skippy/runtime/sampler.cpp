@@ -8,10 +8,15 @@
 
 namespace skippy::runtime {
 
-StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p) {
+Status Sampler::Validate(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must lie in (0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must lie in [0, 1]");
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p) {
+  SKIPPY_RETURN_IF_ERROR(Validate(p));
   std::unique_ptr<Sampler> s(new Sampler());
   if (p.temperature <= 0.0f) return s;
   llama_sampler_chain_params cp = llama_sampler_chain_default_params();

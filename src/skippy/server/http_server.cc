@@ -1,5 +1,6 @@
 #include "skippy/server/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -57,8 +58,8 @@ Status HttpServer::Run() {
                           : static_cast<int>(options_.lane_count + options_.queue_size + 8);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options_.max_body_bytes);
-  http_->set_read_timeout(60);
-  http_->set_write_timeout(60);
+  http_->set_read_timeout(options_.io_timeout_seconds);
+  http_->set_write_timeout(options_.io_timeout_seconds);
   Routes();
   if (!http_->bind_to_port(options_.host, options_.port)) {
     return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
@@ -97,10 +98,49 @@ std::optional<std::string> HttpServer::KeyNamespace(const httplib::Request& req)
   return it->second;
 }
 
+std::optional<ApiError> HttpServer::CheckEnvelope(const httplib::Request& req) const {
+  size_t header_bytes = 0;
+  for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
+  if (req.headers.size() > options_.max_headers || header_bytes > options_.max_header_bytes) {
+    return ApiError{431, "invalid_request_error", "headers_too_large",
+                    StrCat("request headers: ", req.headers.size(), " fields, ", header_bytes, " bytes; the limits are ",
+                           options_.max_headers, " and ", options_.max_header_bytes)};
+  }
+  // The body is not read yet: refuse what it could not be, before reading a byte of it.
+  if (req.has_header("Transfer-Encoding")) {
+    return ApiError{411, "invalid_request_error", "length_required",
+                    "send the body with a Content-Length (chunked request bodies are not accepted)"};
+  }
+  if (req.has_header("Content-Length")) {
+    const std::string len = req.get_header_value("Content-Length");
+    uint64_t n = 0;
+    const bool digits = !len.empty() && len.size() <= 19 &&
+                        std::all_of(len.begin(), len.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || req.get_header_value_count("Content-Length") != 1) {
+      return BadRequest(StrCat("Content-Length '", len.substr(0, 32), "' is not a length"), "bad_content_length");
+    }
+    n = std::stoull(len);
+    if (n > options_.max_body_bytes) {
+      return ApiError{413, "invalid_request_error", "body_too_large",
+                      StrCat("the request body is ", n, " bytes; the limit is ", options_.max_body_bytes)};
+    }
+  }
+  return std::nullopt;
+}
+
 void HttpServer::Routes() {
   httplib::Server& s = *http_;
-  // Authentication: everything but /health.
+  // Before routing (and before the body is read): the request envelope, then authentication
+  // (everything but /health).
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Responses are dynamic: byte ranges of them mean nothing, and a repeated Range would make
+    // the server build a multipart body many times the size of the answer.
+    const_cast<httplib::Request&>(req).ranges.clear();
+    if (std::optional<ApiError> e = CheckEnvelope(req)) {
+      res.set_header("Connection", "close");
+      SendJson(res, e->http_status, e->Body());
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.path == "/health" || KeyNamespace(req)) return httplib::Server::HandlerResponse::Unhandled;
     SendJson(res, 401, ApiError{401, "authentication_error", "invalid_api_key", "invalid or missing API key"}.Body());
     return httplib::Server::HandlerResponse::Handled;
@@ -123,8 +163,9 @@ void HttpServer::Routes() {
     }
     SendJson(res, 500, ApiError{500, "server_error", "internal_error", what}.Body());
   });
+  // Metrics label a request by its route, never by its raw path.
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.CountRequest(req.path, res.status);
+    metrics_.CountRequest(routes_.contains(req.path) ? req.path : "other", res.status);
   });
   auto route = [this](void (HttpServer::*handler)(const httplib::Request&, httplib::Response&)) {
     return [this, handler](const httplib::Request& req, httplib::Response& res) { (this->*handler)(req, res); };
@@ -132,17 +173,32 @@ void HttpServer::Routes() {
   auto generate = [this](Endpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) { Generate(endpoint, req, res); };
   };
-  s.Get("/health", route(&HttpServer::Health));
-  s.Get("/v1/models", route(&HttpServer::Models));
-  s.Get("/metrics", route(&HttpServer::MetricsText));
-  s.Get("/cache/stats", route(&HttpServer::CacheStats));
-  s.Post("/cache/clear", route(&HttpServer::CacheClear));
-  s.Post("/apply-template", route(&HttpServer::ApplyTemplateRoute));
-  s.Post("/v1/completions", generate(Endpoint::kCompletions));
-  s.Post("/v1/chat/completions", generate(Endpoint::kChatCompletions));
-  s.Post("/completion", generate(Endpoint::kLlamaCompletion));
-  s.Post("/completions", generate(Endpoint::kLlamaCompletion));
-  s.Post("/chat/completions", generate(Endpoint::kChatCompletions));
+  auto get = [&](const char* path, auto handler) {
+    routes_.insert(path);
+    s.Get(path, handler);
+  };
+  auto post = [&](const char* path, auto handler) {
+    routes_.insert(path);
+    s.Post(path, handler);
+  };
+  get("/health", route(&HttpServer::Health));
+  get("/v1/models", route(&HttpServer::Models));
+  get("/metrics", route(&HttpServer::MetricsText));
+  get("/cache/stats", route(&HttpServer::CacheStats));
+  post("/cache/clear", route(&HttpServer::CacheClear));
+  post("/apply-template", route(&HttpServer::ApplyTemplateRoute));
+  post("/v1/completions", generate(Endpoint::kCompletions));
+  post("/v1/chat/completions", generate(Endpoint::kChatCompletions));
+  post("/completion", generate(Endpoint::kLlamaCompletion));
+  post("/completions", generate(Endpoint::kLlamaCompletion));
+  post("/chat/completions", generate(Endpoint::kChatCompletions));
+}
+
+bool HttpServer::RefuseNamespacedKey(const httplib::Request& req, httplib::Response& res) const {
+  if (KeyNamespace(req).value_or("").empty()) return false;
+  SendError(res, ApiError{403, "permission_error", "global_view",
+                          "this view covers every tenant: it needs an API key without a namespace"});
+  return true;
 }
 
 void HttpServer::Health(const httplib::Request&, httplib::Response& res) {
@@ -164,13 +220,21 @@ void HttpServer::Models(const httplib::Request&, httplib::Response& res) {
   SendJson(res, 200, {{"object", "list"}, {"data", data}});
 }
 
-void HttpServer::MetricsText(const httplib::Request&, httplib::Response& res) {
+void HttpServer::MetricsText(const httplib::Request& req, httplib::Response& res) {
+  if (RefuseNamespacedKey(req, res)) return;
   res.set_content(metrics_.Render(scheduler_->gauges()), "text/plain; version=0.0.4");
 }
 
-void HttpServer::CacheStats(const httplib::Request&, httplib::Response& res) {
+void HttpServer::CacheStats(const httplib::Request& req, httplib::Response& res) {
+  if (RefuseNamespacedKey(req, res)) return;
   if (!scheduler_->ready()) return SendError(res, Loading());
   json j = scheduler_->CacheStats();
+  j["limits"] = {{"max_body_bytes", options_.max_body_bytes}, {"max_headers", options_.max_headers},
+                 {"max_header_bytes", options_.max_header_bytes}, {"max_json_depth", options_.max_json_depth},
+                 {"max_messages", options_.max_messages}, {"io_timeout_seconds", options_.io_timeout_seconds},
+                 {"queue_size", options_.queue_size}, {"cache_ram_mib", options_.cache_ram_mib},
+                 {"cache_entries", options_.cache_entries}, {"decoded_ram_mib", options_.decoded_ram_mib},
+                 {"decoded_entries", options_.decoded_entries}};
   const Gauges g = scheduler_->gauges();
   j["lanes"] = g.lanes_total;
   j["lanes_busy"] = g.lanes_busy;
@@ -181,6 +245,7 @@ void HttpServer::CacheStats(const httplib::Request&, httplib::Response& res) {
 void HttpServer::CacheClear(const httplib::Request& req, httplib::Response& res) {
   json body = json::object();
   if (!req.body.empty()) {
+    if (Status shape = CheckJsonShape(req.body, Limits()); !shape.ok()) return SendError(res, FromStatus(shape));
     body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object()) {
       return SendError(res, BadRequest("the body must be a JSON object", "invalid_json"));
@@ -204,18 +269,20 @@ void HttpServer::CacheClear(const httplib::Request& req, httplib::Response& res)
 
 void HttpServer::ApplyTemplateRoute(const httplib::Request& req, httplib::Response& res) {
   if (!scheduler_->ready()) return SendError(res, Loading());
+  if (Status shape = CheckJsonShape(req.body, Limits()); !shape.ok()) return SendError(res, FromStatus(shape));
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return SendError(res, BadRequest("the request body is not valid JSON", "invalid_json"));
-  auto text = ApplyTemplate(scheduler_->model(), body);
+  auto text = ApplyTemplate(scheduler_->model(), body, Limits());
   if (!text.ok()) return SendError(res, FromStatus(text.status()));
   SendJson(res, 200, {{"prompt", *text}});
 }
 
 void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   if (!scheduler_->ready()) return SendError(res, Loading());
+  if (Status shape = CheckJsonShape(req.body, Limits()); !shape.ok()) return SendError(res, FromStatus(shape));
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return SendError(res, BadRequest("the request body is not valid JSON", "invalid_json"));
-  auto request = ParseGenerationRequest(endpoint, body);
+  auto request = ParseGenerationRequest(endpoint, body, Limits());
   if (!request.ok()) return SendError(res, FromStatus(request.status()));
   auto prompt = PreparePrompt(scheduler_->model(), *request);
   if (!prompt.ok()) return SendError(res, FromStatus(prompt.status(), "invalid_prompt"));

@@ -24,10 +24,12 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "skippy/common/status.h"
+#include "skippy/server/api_error.h"
 #include "skippy/server/metrics.h"
 #include "skippy/server/request.h"
 #include "skippy/server/scheduler.h"
@@ -57,6 +59,12 @@ class HttpServer {
   // The cache namespace of the request's API key: "" without --api-key; nullopt for a missing or
   // unknown key.
   std::optional<std::string> KeyNamespace(const httplib::Request& req) const;
+  // The request envelope against the limits (header count and bytes, Content-Length, no chunked
+  // bodies), before routing and before the body is read: the error to answer, if any.
+  std::optional<ApiError> CheckEnvelope(const httplib::Request& req) const;
+  // /metrics and /cache/stats cover every tenant: a key with a namespace gets 403 (true: answered).
+  bool RefuseNamespacedKey(const httplib::Request& req, httplib::Response& res) const;
+  RequestLimits Limits() const { return {options_.max_json_depth, options_.max_messages}; }
 
   void Health(const httplib::Request& req, httplib::Response& res);
   void Models(const httplib::Request& req, httplib::Response& res);
@@ -68,6 +76,7 @@ class HttpServer {
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
 
   ServerOptions options_;
+  std::set<std::string, std::less<>> routes_;  // the paths of the route table (metrics labels)
   Metrics metrics_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;

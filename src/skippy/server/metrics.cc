@@ -4,6 +4,29 @@
 
 namespace skippy::server {
 
+namespace {
+
+// A label value in the Prometheus text exposition format: backslash, double quote and newline
+// escaped. The values are from closed sets anyway (routes, status codes, miss reasons).
+std::string LabelValue(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void Metrics::CountRequest(const std::string& endpoint, int status) {
   std::lock_guard lock(mu_);
   ++requests_[{endpoint, status}];
@@ -51,7 +74,7 @@ std::string Metrics::Render(const Gauges& g) const {
   };
   head("skippy_requests_total", "counter", "HTTP requests by endpoint and status.");
   for (const auto& [k, v] : requests_) {
-    StrAppend(&o, "skippy_requests_total{endpoint=\"", k.first, "\",status=\"", k.second, "\"} ", v, "\n");
+    StrAppend(&o, "skippy_requests_total{endpoint=\"", LabelValue(k.first), "\",status=\"", k.second, "\"} ", v, "\n");
   }
   head("skippy_cache_hits_total", "counter", "Generation requests that restored a cached prefix.");
   StrAppend(&o, "skippy_cache_hits_total ", hits_, "\n");
@@ -61,7 +84,8 @@ std::string Metrics::Render(const Gauges& g) const {
   for (const char* reason : {"never-seen", "evicted", "identity-mismatch", "swa-shorter-prefix", "restore-failed",
                              "cache-disabled"}) {
     auto it = misses_.find(reason);
-    StrAppend(&o, "skippy_cache_misses_total{reason=\"", reason, "\"} ", it == misses_.end() ? 0 : it->second, "\n");
+    StrAppend(&o, "skippy_cache_misses_total{reason=\"", LabelValue(reason), "\"} ",
+              it == misses_.end() ? 0 : it->second, "\n");
   }
   head("skippy_prompt_tokens_matched_total", "counter", "Prompt tokens served from the cache.");
   StrAppend(&o, "skippy_prompt_tokens_matched_total ", matched_tokens_, "\n");

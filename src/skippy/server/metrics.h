@@ -33,6 +33,8 @@ class Metrics {
   static constexpr std::array<double, 12> kTtftBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                           0.1,   0.25,   0.5,   1.0,  2.5,   10.0};
 
+  // endpoint: a route of the route table, or "other" (never the raw request path: label values
+  // must come from a closed set).
   void CountRequest(const std::string& endpoint, int status);
   void CountHit(bool decoded_result);
   void CountMiss(const std::string& reason);

@@ -94,9 +94,14 @@ Status ParsePrompt(const json& p, GenerationRequest& r) {
   return TypeError("prompt", "a string, an array of token ids, or a one-element array");
 }
 
-Status ParseMessages(const json& m, GenerationRequest& r) {
+Status ParseMessages(const json& m, GenerationRequest& r, const RequestLimits& limits) {
   if (!m.is_array()) return TypeError("messages", "an array");
   if (m.empty()) return absl::InvalidArgumentError("field 'messages' is empty");
+  // Refused before anything is rendered: finding message ends renders and tokenizes every prefix.
+  if (m.size() > limits.max_messages) {
+    return InvalidRequest("too_many_messages", StrCat("the chat has ", m.size(), " messages; the limit is ",
+                                                      limits.max_messages, " (--max-messages)"));
+  }
   for (size_t i = 0; i < m.size(); ++i) {
     const json& msg = m[i];
     if (!msg.is_object()) return TypeError(StrCat("messages[", i, "]"), "an object");
@@ -320,7 +325,7 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
 
 }  // namespace
 
-StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json& body) {
+StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json& body, const RequestLimits& limits) {
   if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   SKIPPY_RETURN_IF_ERROR(CheckFields(endpoint, body));
   GenerationRequest r;
@@ -330,7 +335,7 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   if (endpoint == Endpoint::kChatCompletions) {
     const json* m = Get(body, "messages");
     if (!m) return absl::InvalidArgumentError("field 'messages' is required");
-    SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r));
+    SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r, limits));
   } else {
     const json* p = Get(body, "prompt");
     if (!p) return absl::InvalidArgumentError("field 'prompt' is required");
@@ -341,10 +346,15 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   SKIPPY_RETURN_IF_ERROR(ParseFlags(body, r));
   SKIPPY_RETURN_IF_ERROR(ParseStop(body, r));
   SKIPPY_RETURN_IF_ERROR(ParseNeutralFields(endpoint, body, r));
+  // The sampler's own checks, on the float values it will get (top_p 1e-320 is 0 as a float):
+  // every request the engine would refuse is a 400 here, streamed or not.
+  if (Status s = runtime::Sampler::Validate(r.sampling); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat("sampling: ", s.message()));
+  }
   return r;
 }
 
-StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& body) {
+StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& body, const RequestLimits& limits) {
   if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   for (auto it = body.begin(); it != body.end(); ++it) {
     if (it.key() != "messages") return InvalidRequest("unknown_field", StrCat("unknown field '", it.key(), "'"));
@@ -352,7 +362,7 @@ StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& bod
   const json* m = Get(body, "messages");
   if (!m) return absl::InvalidArgumentError("field 'messages' is required");
   GenerationRequest r;
-  SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r));
+  SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r, limits));
   SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, r.messages, true));
   return chat.text;
 }
@@ -377,6 +387,34 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
   SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
   return out;
+}
+
+Status CheckJsonShape(std::string_view body, const RequestLimits& limits) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limits.max_json_depth) {
+        return InvalidRequest("json_too_deep", StrCat("the JSON body nests deeper than ", limits.max_json_depth,
+                                                      " levels"));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return absl::OkStatus();
 }
 
 StatusOr<int64_t> CheckBudget(const Budget& b, size_t prompt_tokens, int64_t max_tokens) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -57,8 +58,20 @@ struct GenerationRequest {
   int32_t top_logprobs = 0;
 };
 
-// InvalidArgument with a message that names the field. `body` must be a parsed JSON value.
-[[nodiscard]] StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const nlohmann::json& body);
+// Bounds on a request's shape, checked before the work they bound (skippy-server flags).
+struct RequestLimits {
+  size_t max_json_depth = 32;  // nesting of arrays and objects, checked before parsing
+  size_t max_messages = 256;   // chat messages, checked before rendering
+};
+
+// InvalidArgument (API code "json_too_deep") for a body nested deeper than the limit; a linear
+// scan of the raw bytes, so a hostile body never reaches the parser's recursion.
+[[nodiscard]] Status CheckJsonShape(std::string_view body, const RequestLimits& limits);
+
+// InvalidArgument with a message that names the field ("too_many_messages" past the limit).
+// `body` must be a parsed JSON value.
+[[nodiscard]] StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const nlohmann::json& body,
+                                                                 const RequestLimits& limits = {});
 
 struct PreparedPrompt {
   std::vector<runtime::Token> tokens;
@@ -69,7 +82,8 @@ struct PreparedPrompt {
 
 // llama-server's POST /apply-template: {"messages": [...]} -> the prompt text the chat template
 // renders (with the assistant header), as /v1/chat/completions would tokenize it.
-[[nodiscard]] StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const nlohmann::json& body);
+[[nodiscard]] StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const nlohmann::json& body,
+                                                 const RequestLimits& limits = {});
 
 // Tokenizes (rendering chat messages with the model's template) and validates token ids.
 // InvalidArgument for an empty prompt or an id outside the vocabulary.

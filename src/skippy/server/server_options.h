@@ -51,6 +51,17 @@ struct ServerOptions {
   uint32_t max_tokens_limit = 0;    // 0: ctx_per_lane
   uint32_t default_max_tokens = 256;
   int http_threads = 0;             // 0: lanes + queue + 8
+  // Checked before the work they bound: request headers (count, bytes) before routing, JSON
+  // nesting before parsing, chat messages before rendering (431 / 400).
+  size_t max_headers = 100;
+  size_t max_header_bytes = 64u << 10;
+  uint32_t max_json_depth = 32;
+  uint32_t max_messages = 256;
+  // A socket read or write that makes no progress for this long ends the connection (the
+  // header and body of a slow client included).
+  int io_timeout_seconds = 10;
+  // SIGTERM: in-flight requests get this long to finish, then the process exits anyway.
+  int drain_seconds = 10;
   // API keys -> cache namespace ("" = the default namespace). Empty map: no authentication.
   std::map<std::string, std::string> api_keys;
 };
