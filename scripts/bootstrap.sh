@@ -15,6 +15,7 @@
 #                           cache, keyed by its commit.
 #   SKIPPY_CACHE_DIR        where slow artefacts live (default: ${XDG_CACHE_HOME:-~/.cache}/skippy).
 #   SKIPPY_SKIP_APT=1       do not touch Debian packages (for machines you manage yourself).
+#   SKIPPY_APT_EXTRA        more Debian packages by name, for one tool (scripts/fuzz.sh: clang).
 set -euo pipefail
 
 NPM_PACKAGE="node-llama-cpp@3.21.1"
@@ -44,6 +45,8 @@ die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 #   curl                           health checks in shell scripts
 APT_PACKAGES=(cmake ninja-build g++ git libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev gnuplot-nox curl)
+# shellcheck disable=SC2206  # a list of package names, split on spaces on purpose
+[ -n "${SKIPPY_APT_EXTRA:-}" ] && APT_PACKAGES+=(${SKIPPY_APT_EXTRA})
 
 install_apt() {
   [ "${SKIPPY_SKIP_APT:-0}" = 1 ] && return 0

@@ -165,5 +165,21 @@ TEST(SequenceState, RefusesWhatItDoesNotRecognise) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Found by fuzz/state_fuzz.cc: a few hundred bytes whose block starts at a huge position, or whose
+// rows run past the end, made the padder write gigabytes before it found out. Both are refused
+// before a byte is written: the blob is parsed whole first, and padding needs the tokens of the
+// positions it stands for.
+TEST(SequenceState, PaddingIsBoundedByTheTokensAndTheBytes) {
+  Blob far = Header();
+  PutBlock(far, 1 << 30, 2, false, false, 1, 1 << 20);
+  ASSERT_TRUE(ParseKvSequenceState(far.bytes).ok());
+  EXPECT_EQ(PadToPositionZero(far.bytes, std::vector<int32_t>(16)).status().code(), absl::StatusCode::kInvalidArgument);
+  Blob cut = Header();
+  PutBlock(cut, 100, 2, false, false, 1, 1 << 20);
+  cut.bytes.resize(cut.bytes.size() - 1);
+  std::vector<int32_t> tokens(100);
+  EXPECT_EQ(PadToPositionZero(cut.bytes, tokens).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace skippy::runtime

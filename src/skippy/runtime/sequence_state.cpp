@@ -81,7 +81,7 @@ bool CellsFit(const Walker& w, uint32_t cell_count, uint32_t ext, int32_t seq_id
     if (i == 0) {
       if (*pos < 0) return false;
       *first_pos = *pos;
-    } else if (*pos != *first_pos + static_cast<int32_t>(i)) {
+    } else if (static_cast<int64_t>(*pos) != static_cast<int64_t>(*first_pos) + i) {  // no int32 overflow
       return false;
     }
   }
@@ -144,7 +144,9 @@ Status WalkStream(Walker& w, uint32_t cell_count, int32_t seq_id, const Rewrite&
   }
   *shape = KvBlockShape{first, cell_count, ext};
   const uint32_t n_pad = rw.pad ? static_cast<uint32_t>(first) : 0;
-  if (n_pad > 0 && ext > 0 && rw.tokens.size() < n_pad) {
+  // Padding stands for the positions [0, first) of the sequence, whose tokens the caller has: a
+  // blob whose block starts past them is refused (so a corrupt position cannot make a huge blob).
+  if (n_pad > 0 && rw.tokens.size() < n_pad) {
     return absl::InvalidArgumentError(
         StrCat("padding an export to position 0 needs its first ", n_pad, " tokens, got ", rw.tokens.size()));
   }
@@ -232,6 +234,9 @@ StatusOr<std::vector<KvBlockShape>> ParseKvSequenceState(std::span<const uint8_t
 }
 
 StatusOr<std::vector<uint8_t>> PadToPositionZero(std::span<const uint8_t> bytes, std::span<const int32_t> tokens) {
+  // Every count is checked against the bytes before a byte is written (the rewrite emits padding
+  // ahead of the rows it then checks).
+  SKIPPY_RETURN_IF_ERROR(Walk(bytes, Rewrite{}, nullptr).status());
   std::vector<uint8_t> out;
   out.reserve(bytes.size());
   auto blocks = Walk(bytes, Rewrite{.pad = true, .tokens = tokens}, &out);

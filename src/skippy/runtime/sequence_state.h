@@ -43,8 +43,9 @@ StatusOr<std::vector<KvBlockShape>> ParseKvSequenceState(std::span<const uint8_t
 
 // Returns `bytes` with each KV block that starts past position 0 extended down to position 0 by
 // zero-data cells. `tokens` are the sequence's tokens from position 0 (at least as many as the
-// longest padding): a cell ext carries the token id, which an export with cell ext needs for the
-// added cells too. Errors as ParseKvSequenceState, and InvalidArgument if `tokens` is too short.
+// longest padding, which bounds the output): a cell ext carries the token id, which an export with
+// cell ext needs for the added cells too. The bytes are parsed whole before anything is written.
+// Errors as ParseKvSequenceState, and InvalidArgument if `tokens` is too short.
 StatusOr<std::vector<uint8_t>> PadToPositionZero(std::span<const uint8_t> bytes, std::span<const int32_t> tokens);
 
 // A hybrid model's full sequence export is the header (u32 magic, i32 seq_id), the attention KV

@@ -33,7 +33,10 @@ StatusOr<std::optional<int64_t>> GetInt(const json& body, const char* key) {
   // 8.0 is accepted as 8 (some clients send floats), 8.5 is not.
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -1e15 && d < 1e15) return std::optional<int64_t>(static_cast<int64_t>(d));
+    // Range first: converting a double outside int64's range is undefined behaviour.
+    if (d > -1e15 && d < 1e15 && d == static_cast<double>(static_cast<int64_t>(d))) {
+      return std::optional<int64_t>(static_cast<int64_t>(d));
+    }
   }
   return TypeError(key, "an integer");
 }
