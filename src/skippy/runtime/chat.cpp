@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
+
 #include <exception>
 
 #include "common/chat.h"  // types only: the functions come from LoadJinja
@@ -34,9 +36,24 @@ struct JinjaLib {
   decltype(&common_chat_templates_support_enable_thinking) thinking = nullptr;
 };
 
+// AddressSanitizer refuses RTLD_DEEPBIND (google/sanitizers#611), and without it the library's
+// cpp-httplib would bind to the process's: a sanitizer build renders with the GGUF's built-in
+// template (or ChatML) instead, the same on every path of that build.
+#if defined(__SANITIZE_ADDRESS__)
+#define SKIPPY_NO_DEEPBIND 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SKIPPY_NO_DEEPBIND 1
+#endif
+#endif
+
 const JinjaLib* LoadJinja() {
   static const JinjaLib lib = [] {
     JinjaLib l;
+#ifdef SKIPPY_NO_DEEPBIND
+    std::fprintf(stderr, "skippy: sanitizer build: chat templates without llama.cpp's Jinja engine\n");
+    return l;
+#endif
     void* h = dlopen(SKIPPY_LLAMA_COMMON_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (h == nullptr) return l;
     auto sym = [&](const char* name) { return dlsym(h, name); };
