@@ -65,20 +65,13 @@ int RawStatus(int port, const std::string& request, int timeout_s = 5) {
   return std::atoi(buf + 9);
 }
 
-class Hardening : public ::testing::Test {
+class Hardening : public skippy::server_test::SharedServer<Hardening> {
  protected:
   static void SetUpTestSuite() {
-    server_ = ServerProcess::Start("llama", {"-c", "512", "-np", "2", "--api-key", kKey, "--api-key",
-                                             std::string(kTenantKey) + ":tenant-b", "--max-body-bytes", "65536"},
-                                   "hardening")
-                  .release();
+    StartShared({"-c", "512", "-np", "2", "--api-key", kKey, "--api-key", std::string(kTenantKey) + ":tenant-b",
+                 "--max-body-bytes", "65536"},
+                "hardening");
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
-  void TearDown() override { EXPECT_TRUE(server_->alive()) << server_->LogTail(); }
 
   // /health answers (no key needed) within a second.
   static bool HealthyWithinASecond() {
@@ -89,10 +82,7 @@ class Hardening : public ::testing::Test {
     auto r = c.Get("/health");
     return r && r->status == 200 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1);
   }
-
-  static ServerProcess* server_;
 };
-ServerProcess* Hardening::server_ = nullptr;
 
 struct BadRequest {
   std::string name, path, body;

@@ -19,28 +19,16 @@ using skippy::server_test::ServerProcess;
 constexpr const char* kKey = "secret-key";
 constexpr const char* kTenantKey = "tenant-b-key";
 
-class ServerHttp : public ::testing::Test {
+class ServerHttp : public skippy::server_test::SharedServer<ServerHttp> {
  protected:
   static void SetUpTestSuite() {
-    server_ = ServerProcess::Start("llama",
-                                   {"-c", "512", "-np", "2", "--queue-size", "1", "--prefill-chunk",
-                                    "128", "--api-key", kKey, "--api-key", std::string(kTenantKey) + ":tenant-b",
-                                    "--max-body-bytes", "65536"},
-                                   "http")
-                  .release();
+    StartShared({"-c", "512", "-np", "2", "--queue-size", "1", "--prefill-chunk", "128", "--api-key", kKey,
+                 "--api-key", std::string(kTenantKey) + ":tenant-b", "--max-body-bytes", "65536"},
+                "http");
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
-  void TearDown() override { EXPECT_TRUE(server_->alive()) << server_->LogTail(); }
 
   std::unique_ptr<httplib::Client> Client(const std::string& key = kKey) { return server_->Client(key); }
-
-  static ServerProcess* server_;
 };
-ServerProcess* ServerHttp::server_ = nullptr;
 
 void ExpectErrorBody(const json& body, const std::string& what) {
   ASSERT_TRUE(body.is_object()) << what;

@@ -108,4 +108,22 @@ inline std::pair<int, nlohmann::json> PostJson(httplib::Client& c, const std::st
   return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
 }
 
+// A test suite that shares one server on the tiny llama model: each suite's SetUpTestSuite calls
+// StartShared with its flags (Suite: the suite class, so each has a server of its own).
+template <typename Suite>
+class SharedServer : public ::testing::Test {
+ protected:
+  static void StartShared(const std::vector<std::string>& flags, const std::string& tag) {
+    server_ = ServerProcess::Start("llama", flags, tag).release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+  void TearDown() override { EXPECT_TRUE(server_->alive()) << server_->LogTail(); }
+
+  static inline ServerProcess* server_ = nullptr;
+};
+
 }  // namespace skippy::server_test
