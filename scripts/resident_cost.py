@@ -6,8 +6,9 @@
 Sends DOCUMENTS (default 12) distinct ~950-token documents to a server with llama-server's
 /completion (so a caching server holds them), then 7 fresh ~530-token prompts that share nothing
 with them, and prints JSON with the median client time and server prompt_ms of the fresh prompts.
-Compare one server layout against another (for example skippy-server with and without
---kv-unified, and --no-cache) on the same model.
+Compare one server layout against another on the same model: skippy-server and
+skippy-server --no-cache, or any llama-server layout. (The shared-stream layout it was written
+for, skippy-server --kv-unified, was removed; docs/evidence/resident-cost/ keeps that run.)
 """
 import http.client, json, random, statistics, sys, time
 
