@@ -50,6 +50,24 @@ BatchClasses BatchClasses::Of(size_t n_rows, std::span<const size_t> message_end
   return c;
 }
 
+StatusOr<BatchClasses> BatchClasses::FromRuns(size_t n_rows, size_t min_long, std::vector<Run> runs) {
+  if (min_long == 0) return absl::InvalidArgumentError("batch classes: min_long is 0");
+  size_t at = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& r = runs[i];
+    if (r.begin != at || r.end <= r.begin || (i > 0 && runs[i - 1].short_rows == r.short_rows)) {
+      return absl::InvalidArgumentError(StrCat("batch classes: run ", i, " does not continue the runs before it"));
+    }
+    at = r.end;
+  }
+  if (at != n_rows) return absl::InvalidArgumentError("batch classes: the runs do not cover the rows");
+  BatchClasses c;
+  c.n_ = n_rows;
+  c.min_long_ = min_long;
+  c.runs_ = std::move(runs);
+  return c;
+}
+
 bool BatchClasses::has_short_runs() const {
   return std::any_of(runs_.begin(), runs_.end(), [](const Run& r) { return r.short_rows; });
 }

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "skippy/common/status.h"
+
 namespace skippy::cache {
 
 class BatchClasses {
@@ -49,6 +51,9 @@ class BatchClasses {
   // n_rows: the prompt length; message_ends: token offsets where chat messages end (any order;
   // offsets outside (0, n_rows) are ignored); min_long: the smallest batch of the long class.
   static BatchClasses Of(size_t n_rows, std::span<const size_t> message_ends, size_t min_long);
+  // Classes read back from storage (runs() of a stored value). InvalidArgument unless the runs
+  // cover [0, n_rows) in order with no empty run and no two neighbours of one class.
+  [[nodiscard]] static StatusOr<BatchClasses> FromRuns(size_t n_rows, size_t min_long, std::vector<Run> runs);
 
   size_t size() const { return n_; }
   size_t min_long() const { return min_long_; }

@@ -1,0 +1,640 @@
+#include "skippy/cache/disk_tier.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+
+#include "skippy/common/digest.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+// File format, all integers little-endian (the host's; a big-endian host finds every header
+// foreign because the identity encoding does not match):
+//   "SKPYDSK1" u32 version u32 header_len | header (header_len bytes) | u64 XXH3-64 of all before
+//   | payload
+// header: str identity | str namespace | u8 kind | u8 exact_only | u64 n_tokens | i32 tokens[]
+//         | u64 min_long | u32 n_runs | (u64 begin, u64 end, u8 short)[] | u64 payload_len
+//         | u64 payload_xxh3_128.low | u64 .high
+constexpr std::string_view kMagic = "SKPYDSK1";
+constexpr uint32_t kVersion = 1;
+constexpr size_t kPrefixBytes = 8 + 4 + 4;
+constexpr size_t kHashBytes = 8;
+constexpr uint32_t kMaxHeaderBytes = 64u << 20;
+constexpr std::string_view kSuffix = ".skc";
+
+class Writer {
+ public:
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) { Raw(&v, 4); }
+  void U64(uint64_t v) { Raw(&v, 8); }
+  void Str(std::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U8(uint8_t& v) { return Raw(&v, 1); }
+  bool U32(uint32_t& v) { return Raw(&v, 4); }
+  bool U64(uint64_t& v) { return Raw(&v, 8); }
+  bool Str(std::string& s) {
+    uint32_t n = 0;
+    if (!U32(n) || n > in_.size() - at_) return false;
+    s.assign(in_.substr(at_, n));
+    at_ += n;
+    return true;
+  }
+  bool Raw(void* p, size_t n) {
+    if (n > in_.size() - at_) return false;
+    std::memcpy(p, in_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  size_t left() const { return in_.size() - at_; }
+
+ private:
+  std::string_view in_;
+  size_t at_ = 0;
+};
+
+struct Header {
+  std::string identity;
+  DiskRecord record;
+  uint64_t payload_len = 0;
+  Hash128Value payload_hash;
+};
+
+std::string EncodeFile(const std::string& identity, const DiskRecord& r, std::span<const uint8_t> payload) {
+  Writer h;
+  h.Str(identity);
+  h.Str(r.tenant_namespace);
+  h.U8(static_cast<uint8_t>(r.kind));
+  h.U8(r.exact_only ? 1 : 0);
+  h.U64(r.tokens.size());
+  h.Raw(r.tokens.data(), r.tokens.size() * sizeof(Token));
+  h.U64(r.classes.min_long());
+  h.U32(static_cast<uint32_t>(r.classes.runs().size()));
+  for (const BatchClasses::Run& run : r.classes.runs()) {
+    h.U64(run.begin);
+    h.U64(run.end);
+    h.U8(run.short_rows ? 1 : 0);
+  }
+  h.U64(payload.size());
+  const Hash128Value ph = Hash128(std::as_bytes(payload));
+  h.U64(ph.low);
+  h.U64(ph.high);
+  Writer f;
+  f.Raw(kMagic.data(), kMagic.size());
+  f.U32(kVersion);
+  f.U32(static_cast<uint32_t>(h.out().size()));
+  f.out().append(h.out());
+  f.U64(Hash64(std::as_bytes(std::span(f.out().data(), f.out().size()))));
+  f.Raw(payload.data(), payload.size());
+  return std::move(f.out());
+}
+
+// Parses the fixed prefix: the header's length. DataLoss when it is not a Skippy entry.
+StatusOr<uint32_t> ParsePrefix(std::string_view prefix) {
+  Reader r(prefix);
+  char magic[8];
+  uint32_t version = 0, header_len = 0;
+  if (!r.Raw(magic, 8) || std::string_view(magic, 8) != kMagic || !r.U32(version) || !r.U32(header_len)) {
+    return absl::DataLossError("not a Skippy disk entry");
+  }
+  if (version != kVersion) return absl::DataLossError(StrCat("entry format version ", version));
+  if (header_len > kMaxHeaderBytes) return absl::DataLossError("header too large");
+  return header_len;
+}
+
+// `head`: the prefix, the header and its hash.
+StatusOr<Header> ParseHeader(std::string_view head) {
+  if (head.size() < kPrefixBytes + kHashBytes) return absl::DataLossError("short header");
+  const std::string_view covered = head.substr(0, head.size() - kHashBytes);
+  uint64_t want = 0;
+  std::memcpy(&want, head.data() + covered.size(), kHashBytes);
+  if (Hash64(std::as_bytes(std::span(covered.data(), covered.size()))) != want) {
+    return absl::DataLossError("header checksum mismatch");
+  }
+  Reader r(covered.substr(kPrefixBytes));
+  Header h;
+  uint8_t kind = 0, exact = 0;
+  uint64_t n_tokens = 0, min_long = 0;
+  uint32_t n_runs = 0;
+  if (!r.Str(h.identity) || !r.Str(h.record.tenant_namespace) || !r.U8(kind) || !r.U8(exact) ||
+      !r.U64(n_tokens) || n_tokens == 0 || n_tokens > r.left() / sizeof(Token)) {
+    return absl::DataLossError("bad header");
+  }
+  if (kind >= kPayloadKindCount) return absl::DataLossError("bad payload kind");
+  h.record.kind = static_cast<PayloadKind>(kind);
+  h.record.exact_only = exact != 0;
+  h.record.tokens.resize(n_tokens);
+  if (!r.Raw(h.record.tokens.data(), n_tokens * sizeof(Token)) || !r.U64(min_long) || !r.U32(n_runs) ||
+      n_runs > r.left() / 17) {
+    return absl::DataLossError("bad header");
+  }
+  std::vector<BatchClasses::Run> runs(n_runs);
+  for (BatchClasses::Run& run : runs) {
+    uint64_t b = 0, e = 0;
+    uint8_t s = 0;
+    if (!r.U64(b) || !r.U64(e) || !r.U8(s)) return absl::DataLossError("bad header");
+    run = {static_cast<size_t>(b), static_cast<size_t>(e), s != 0};
+  }
+  auto classes = BatchClasses::FromRuns(n_tokens, min_long, std::move(runs));
+  if (!classes.ok()) return absl::DataLossError(std::string(classes.status().message()));
+  h.record.classes = std::move(*classes);
+  if (!r.U64(h.payload_len) || !r.U64(h.payload_hash.low) || !r.U64(h.payload_hash.high) || r.left() != 0) {
+    return absl::DataLossError("bad header");
+  }
+  return h;
+}
+
+Status ErrnoStatus(int err, const std::string& what) {
+  const std::string msg = StrCat(what, ": ", std::strerror(err));
+  switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS: return absl::PermissionDeniedError(msg);
+    case ENOENT: return absl::NotFoundError(msg);
+    case ENOSPC:
+    case EDQUOT: return absl::ResourceExhaustedError(msg);
+    default: return absl::InternalError(msg);
+  }
+}
+
+// Reads exactly out.size() bytes at `offset`; false on a short read or an error (errno set).
+bool PreadAll(int fd, char* out, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, out, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = 0;
+      return false;
+    }
+    out += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t put = ::write(fd, p, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+  return true;
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open " + dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : ErrnoStatus(err, "fsync " + dir);
+}
+
+// Reads the header of an open entry file of `size` bytes.
+StatusOr<Header> ReadHeader(int fd, uint64_t size) {
+  std::string prefix(kPrefixBytes, '\0');
+  if (size < kPrefixBytes + kHashBytes || !PreadAll(fd, prefix.data(), prefix.size(), 0)) {
+    return absl::DataLossError("truncated entry");
+  }
+  SKIPPY_ASSIGN_OR_RETURN(const uint32_t header_len, ParsePrefix(prefix));
+  const uint64_t head_len = kPrefixBytes + uint64_t{header_len} + kHashBytes;
+  if (head_len > size) return absl::DataLossError("truncated entry");
+  std::string head(head_len, '\0');
+  if (!PreadAll(fd, head.data(), head.size(), 0)) return absl::DataLossError("truncated entry");
+  SKIPPY_ASSIGN_OR_RETURN(Header h, ParseHeader(head));
+  if (head_len + h.payload_len != size) {
+    return absl::DataLossError(StrCat("entry is ", size, " bytes, its header says ", head_len + h.payload_len));
+  }
+  return h;
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Status DiskTierOptions::Validate() const {
+  if (dir.empty()) return absl::InvalidArgumentError("disk tier: no directory");
+  if (max_bytes == 0) return absl::InvalidArgumentError("disk tier: the byte cap is 0");
+  if (max_queued_bytes == 0) return absl::InvalidArgumentError("disk tier: the write queue cap is 0");
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options, const CacheConfigIdentity& identity) {
+  SKIPPY_RETURN_IF_ERROR(options.Validate());
+  SKIPPY_RETURN_IF_ERROR(identity.Validate());
+  std::error_code ec;
+  for (const char* sub : {"entries", "tmp"}) {
+    fs::create_directories(fs::path(options.dir) / sub, ec);
+    if (ec) return ErrnoStatus(ec.value(), StrCat("cache dir ", options.dir, ": cannot create ", sub, "/"));
+  }
+  const std::string lock_path = (fs::path(options.dir) / "LOCK").string();
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, StrCat("cache dir ", options.dir, ": cannot open LOCK"));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    (void)::pread(fd, pid, sizeof(pid) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(StrCat("cache dir ", options.dir, " is in use by another process (pid ",
+                                                  std::string_view(pid).substr(0, std::string_view(pid).find('\n')),
+                                                  "); give each server its own --cache-dir"));
+    }
+    return ErrnoStatus(err, StrCat("cache dir ", options.dir, ": cannot lock"));
+  }
+  const std::string me = StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, StrCat("cache dir ", options.dir, " is not writable"));
+  }
+  std::unique_ptr<DiskTier> tier(new DiskTier(options, identity, fd));
+  SKIPPY_RETURN_IF_ERROR(tier->Load());
+  tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
+  return tier;
+}
+
+DiskTier::DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity, int lock_fd)
+    : options_(options),
+      identity_(identity),
+      identity_encoding_(PrefixScope{identity, ""}.CanonicalEncoding()),
+      lock_fd_(lock_fd) {
+  stats_.dir = options.dir;
+  stats_.capacity_bytes = options.max_bytes;
+}
+
+DiskTier::~DiskTier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  ::close(lock_fd_);  // releases the flock
+}
+
+PrefixScope DiskTier::ScopeOf(const std::string& ns) const { return PrefixScope{identity_, ns}; }
+
+uint64_t DiskTier::Generation(const std::string& ns) const {
+  auto it = generations_.find(ns);
+  return (global_generation_ << 32) + (it == generations_.end() ? 0 : it->second);
+}
+
+Status DiskTier::Load() {
+  const fs::path dir(options_.dir);
+  std::error_code ec;
+  // Leftovers of writes cut short (a crash between create and rename): never entries.
+  for (const auto& f : fs::directory_iterator(dir / "tmp", ec)) {
+    std::error_code rm;
+    fs::remove(f.path(), rm);
+    ++stats_.corrupt;
+  }
+  if (ec) return ErrnoStatus(ec.value(), StrCat("cache dir ", options_.dir, ": cannot list tmp/"));
+  // The directory must take a write now, not at the first record.
+  const std::string probe = (dir / "tmp" / StrCat("probe.", ::getpid())).string();
+  const int pfd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (pfd < 0 || !WriteAll(pfd, "ok", 2) || ::fsync(pfd) != 0) {
+    const int err = errno;
+    if (pfd >= 0) ::close(pfd);
+    ::unlink(probe.c_str());
+    return ErrnoStatus(err, StrCat("cache dir ", options_.dir, " is not writable"));
+  }
+  ::close(pfd);
+  ::unlink(probe.c_str());
+
+  struct Found {
+    fs::file_time_type mtime;
+    std::string file;
+    uint64_t size = 0;
+    std::optional<Header> header;  // nullopt: foreign
+  };
+  std::vector<Found> found;
+  for (const auto& f : fs::directory_iterator(dir / "entries", ec)) {
+    const std::string name = f.path().filename().string();
+    std::error_code st;
+    if (!f.is_regular_file(st) || !name.ends_with(kSuffix)) continue;
+    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat sb {};
+    StatusOr<Header> h = absl::DataLossError("unreadable entry");
+    if (fd >= 0 && ::fstat(fd, &sb) == 0) h = ReadHeader(fd, static_cast<uint64_t>(sb.st_size));
+    if (fd >= 0) ::close(fd);
+    if (h.ok() && h->identity == identity_encoding_ && !ValidateTokens(identity_, h->record.tokens).ok()) {
+      h = absl::DataLossError("token outside the vocabulary");
+    }
+    if (!h.ok()) {
+      std::error_code rm;
+      fs::remove(f.path(), rm);
+      ++stats_.corrupt;
+      continue;
+    }
+    Found e{f.last_write_time(st), name, static_cast<uint64_t>(sb.st_size), std::nullopt};
+    if (h->identity == identity_encoding_) e.header = std::move(*h);
+    found.push_back(std::move(e));
+  }
+  if (ec) return ErrnoStatus(ec.value(), StrCat("cache dir ", options_.dir, ": cannot list entries/"));
+  // Oldest first, so the index's recency order starts as the files' write order.
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.mtime != b.mtime ? a.mtime < b.mtime : a.file < b.file;
+  });
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Found& f : found) {
+    bytes_ += f.size;
+    if (!f.header) {
+      foreign_.push_back({f.file, f.size});
+      continue;
+    }
+    const DiskRecord& r = f.header->record;
+    EntryDesc desc;
+    desc.kind = r.kind;
+    desc.bytes = f.size;
+    desc.exact_only = r.exact_only;
+    desc.recompute_cost = static_cast<double>(r.tokens.size());
+    auto id = index_.Insert(ScopeOf(r.tenant_namespace), r.tokens, desc);
+    if (!id.ok()) {  // the same entry twice (cannot happen with content-keyed names): drop this copy
+      bytes_ -= f.size;
+      std::error_code rm;
+      fs::remove(dir / "entries" / f.file, rm);
+      continue;
+    }
+    stored_[*id] = Stored{f.file, r.tenant_namespace, f.size, r.exact_only, r.classes};
+    ++stats_.loaded_at_open;
+  }
+  return absl::OkStatus();
+}
+
+std::optional<DiskHit> DiskTier::Lookup(const std::string& ns, std::span<const Token> tokens) {
+  if (tokens.empty()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  const LookupResult r = index_.Lookup(ScopeOf(ns), tokens, /*pin=*/false);
+  if (!r.match) {
+    ++(r.miss_reason == MissReason::kEvicted ? stats_.misses_evicted : stats_.misses_never_seen);
+    return std::nullopt;
+  }
+  auto it = stored_.find(r.match->entry.id);
+  if (it == stored_.end()) return std::nullopt;
+  DiskHit hit;
+  hit.entry = r.match->entry.id;
+  hit.usable_tokens = r.match->usable_tokens;
+  hit.file_bytes = it->second.file_bytes;
+  hit.record.tenant_namespace = ns;
+  hit.record.tokens = index_.TokensOf(hit.entry);
+  hit.record.kind = r.match->entry.desc.kind;
+  hit.record.exact_only = it->second.exact_only;
+  hit.record.classes = it->second.classes;
+  return hit;
+}
+
+StatusOr<std::vector<uint8_t>> DiskTier::Read(const DiskHit& hit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = stored_.find(hit.entry);
+    if (it == stored_.end()) {
+      ++stats_.misses_gone;
+      return absl::NotFoundError("disk entry removed since its lookup");
+    }
+    path = (fs::path(options_.dir) / "entries" / it->second.file).string();
+  }
+  auto fail = [&](Status s, bool corrupt) -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (corrupt) {
+      ++stats_.corrupt;
+      if (stored_.count(hit.entry)) RemoveLocked(hit.entry, /*evicted=*/false);
+    } else {
+      ++stats_.read_errors;
+    }
+    return s;
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return fail(absl::DataLossError("disk entry file is missing"), true);
+    return fail(ErrnoStatus(err, "open " + path), false);
+  }
+  struct stat sb {};
+  StatusOr<Header> h = absl::DataLossError("unreadable disk entry");
+  if (::fstat(fd, &sb) == 0) h = ReadHeader(fd, static_cast<uint64_t>(sb.st_size));
+  std::vector<uint8_t> out;
+  bool read_ok = h.ok();
+  int err = 0;
+  if (read_ok) {
+    out.resize(h->payload_len);
+    const uint64_t at = static_cast<uint64_t>(sb.st_size) - h->payload_len;
+    read_ok = PreadAll(fd, reinterpret_cast<char*>(out.data()), out.size(), at);
+    err = errno;
+  }
+  ::close(fd);
+  if (!h.ok()) return fail(h.status(), true);
+  if (!read_ok) {
+    if (err == 0) return fail(absl::DataLossError("disk entry shorter than its header says"), true);
+    return fail(ErrnoStatus(err, "read " + path), false);
+  }
+  // The file must still be the entry looked up, with the bytes its header vouches for.
+  if (h->identity != identity_encoding_ || h->record.tenant_namespace != hit.record.tenant_namespace ||
+      h->record.tokens != hit.record.tokens || h->record.kind != hit.record.kind) {
+    return fail(absl::DataLossError("disk entry does not hold the prefix it was indexed as"), true);
+  }
+  if (Hash128(std::as_bytes(std::span(out))) != h->payload_hash) {
+    return fail(absl::DataLossError("disk entry payload checksum mismatch"), true);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.hits;
+  stats_.read_ms += MsSince(t0);
+  return out;
+}
+
+bool DiskTier::Put(DiskRecord record, std::vector<uint8_t> bytes) {
+  if (record.tokens.empty() || bytes.empty()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.FindExact(ScopeOf(record.tenant_namespace), record.tokens, record.kind)) {
+      ++stats_.write_skips;
+      return false;
+    }
+    if (bytes.size() > options_.max_bytes || stats_.queued_bytes + bytes.size() > options_.max_queued_bytes) {
+      ++stats_.write_drops;
+      return false;
+    }
+    stats_.queued_bytes += bytes.size();
+    const uint64_t gen = Generation(record.tenant_namespace);
+    queue_.push_back({std::move(record), std::move(bytes), gen});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void DiskTier::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+void DiskTier::WriterLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is written
+    Pending p = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    const uint64_t n = p.bytes.size();
+    Write(std::move(p));
+    lock.lock();
+    stats_.queued_bytes -= n;
+    writing_ = false;
+    idle_cv_.notify_all();
+  }
+}
+
+void DiskTier::Write(Pending p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir(options_.dir);
+  const DiskRecord& r = p.record;
+  std::string contents = EncodeFile(identity_encoding_, r, p.bytes);
+  p.bytes = {};
+  // Content-keyed name: the same prefix of the same identity always lands in the same file.
+  Writer key;
+  key.Str(identity_encoding_);
+  key.Str(r.tenant_namespace);
+  key.U8(static_cast<uint8_t>(r.kind));
+  key.Raw(r.tokens.data(), r.tokens.size() * sizeof(Token));
+  const Hash128Value kh = Hash128(std::as_bytes(std::span(key.out().data(), key.out().size())));
+  const std::string name = fmt::format("{:016x}{:016x}{}", kh.high, kh.low, kSuffix);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Generation(r.tenant_namespace) != p.generation ||
+        index_.FindExact(ScopeOf(r.tenant_namespace), r.tokens, r.kind)) {
+      ++stats_.write_skips;
+      return;
+    }
+    if (!MakeRoom(contents.size())) {
+      ++stats_.write_drops;
+      return;
+    }
+  }
+  struct statvfs vfs {};
+  if (::statvfs(options_.dir.c_str(), &vfs) == 0 &&
+      uint64_t{vfs.f_bavail} * vfs.f_frsize < contents.size() + options_.min_free_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.no_space;
+    return;
+  }
+  const std::string tmp = (dir / "tmp" / StrCat(name, ".", ::getpid(), ".tmp")).string();
+  const std::string final_path = (dir / "entries" / name).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && WriteAll(fd, contents.data(), contents.size()) && ::fdatasync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), final_path.c_str()) == 0 && SyncDir((dir / "entries").string()).ok();
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.write_errors;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  EntryDesc desc;
+  desc.kind = r.kind;
+  desc.bytes = contents.size();
+  desc.exact_only = r.exact_only;
+  desc.recompute_cost = static_cast<double>(r.tokens.size());
+  auto id = Generation(r.tenant_namespace) == p.generation ? index_.Insert(ScopeOf(r.tenant_namespace), r.tokens, desc)
+                                                           : StatusOr<EntryId>(absl::AbortedError("cleared"));
+  if (!id.ok()) {  // cleared while it was written
+    ::unlink(final_path.c_str());
+    ++stats_.write_skips;
+    return;
+  }
+  stored_[*id] = Stored{name, r.tenant_namespace, contents.size(), r.exact_only, r.classes};
+  bytes_ += contents.size();
+  ++stats_.writes;
+  stats_.write_ms += MsSince(t0);
+}
+
+bool DiskTier::MakeRoom(uint64_t incoming) {
+  if (incoming > options_.max_bytes) return false;
+  while (bytes_ + incoming > options_.max_bytes && !foreign_.empty()) {
+    const Foreign f = foreign_.front();
+    foreign_.pop_front();
+    ::unlink((fs::path(options_.dir) / "entries" / f.file).c_str());
+    bytes_ -= f.file_bytes;
+    ++stats_.evictions;
+  }
+  while (bytes_ + incoming > options_.max_bytes) {
+    std::optional<EntryId> victim;
+    index_.ForEachEvictable([&](const EntryInfo& e) {
+      victim = e.id;
+      return false;
+    });
+    if (!victim) return false;
+    RemoveLocked(*victim, /*evicted=*/true);
+    ++stats_.evictions;
+  }
+  return true;
+}
+
+void DiskTier::RemoveLocked(EntryId id, bool evicted) {
+  auto it = stored_.find(id);
+  if (it == stored_.end()) return;
+  ::unlink((fs::path(options_.dir) / "entries" / it->second.file).c_str());
+  bytes_ -= it->second.file_bytes;
+  stored_.erase(it);
+  (void)index_.Erase(id, evicted);
+}
+
+size_t DiskTier::Clear(const std::optional<std::string>& ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ns) {
+    ++generations_[*ns];
+  } else {
+    ++global_generation_;
+  }
+  std::vector<EntryId> ids;
+  for (const auto& [id, s] : stored_) {
+    if (!ns || s.tenant_namespace == *ns) ids.push_back(id);
+  }
+  for (EntryId id : ids) RemoveLocked(id, /*evicted=*/false);
+  return ids.size();
+}
+
+DiskTierStats DiskTier::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  DiskTierStats s = stats_;
+  s.entries = stored_.size();
+  s.bytes = bytes_;
+  s.foreign_entries = foreign_.size();
+  s.foreign_bytes = 0;
+  for (const Foreign& f : foreign_) s.foreign_bytes += f.file_bytes;
+  return s;
+}
+
+}  // namespace skippy::cache

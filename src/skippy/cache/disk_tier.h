@@ -1,0 +1,187 @@
+// DiskTier: prefix entries in a directory, so a cached prefix outlives the process that computed
+// it. The memory tier (PayloadTier) holds payloads by process-local id; a tier that survives a
+// restart must also hold what identifies each payload, so the disk tier is keyed by prefix: the
+// configuration identity, the tenant namespace, the payload kind and the token ids, with the
+// batch classes the rows were computed in (docs/DESIGN.md, "The disk tier").
+//
+// Layout of DIR:
+//   LOCK                 flock'ed by the one process that owns DIR (it holds that process's pid)
+//   entries/<key>.skc    one file per entry: a header (identity, namespace, kind, tokens, classes,
+//                        payload size and XXH3-128), the header's XXH3-64, then the payload
+//   tmp/                 files being written; a file is renamed into entries/ only once written
+//                        and fsync'ed, so entries/ never holds a torn write
+//
+// Open reads every entry's header (not its payload) and rebuilds the index. An entry whose
+// identity differs from this configuration (another model, llama.cpp commit, patch series, KV
+// layout, context setting ...) is ignored and counted as foreign, never served; it stays on disk
+// (another configuration may use the directory next) and counts against the cap. A file whose
+// header does not verify, or whose size is not what its header says, is removed and counted as
+// corrupt, and so is every leftover of tmp/.
+//
+// Read verifies the payload's checksum and that the file still holds the entry looked up; a
+// mismatch is a miss that removes the entry and counts it (DataLoss), never bytes handed on.
+//
+// Writes are asynchronous: Put queues a copy of the bytes and one writer thread writes them
+// (temporary file, fsync, rename, fsync of the directory), evicting least-recently-used entries
+// to stay under the byte cap and skipping a write that would leave less than min_free_bytes free
+// on the filesystem. A full queue drops the write (counted); the entry stays in RAM only.
+//
+// Serving rules are the radix index's (RadixIndex): a kResidentKv entry serves any prefix it
+// shares with the request, other kinds and exact_only entries only their own length.
+//
+// Thread-safety: every method is thread-safe. Lookups and Read do their file work outside the
+// internal lock.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "skippy/cache/batch_classes.h"
+#include "skippy/cache/payload_kind.h"
+#include "skippy/cache/prefix_identity.h"
+#include "skippy/cache/radix_index.h"
+#include "skippy/common/status.h"
+
+namespace skippy::cache {
+
+struct DiskTierOptions {
+  std::string dir;
+  uint64_t max_bytes = uint64_t{8} << 30;          // cap on the files of entries/ (all identities)
+  uint64_t min_free_bytes = uint64_t{256} << 20;   // a write never leaves the filesystem with less
+  uint64_t max_queued_bytes = uint64_t{256} << 20; // payload bytes waiting for the writer
+
+  [[nodiscard]] Status Validate() const;
+};
+
+// What an entry says about its prefix, besides its bytes.
+struct DiskRecord {
+  std::string tenant_namespace;
+  std::vector<Token> tokens;
+  PayloadKind kind = PayloadKind::kResidentKv;
+  bool exact_only = false;
+  BatchClasses classes;  // of the entry's rows (classes.size() == tokens.size())
+};
+
+// A Lookup's answer: enough to decide whether to read it.
+struct DiskHit {
+  uint64_t entry = 0;         // the tier's handle for Read
+  size_t usable_tokens = 0;   // prefix length it serves for the request
+  DiskRecord record;          // of the whole entry
+  uint64_t file_bytes = 0;
+};
+
+struct DiskTierStats {
+  std::string dir;
+  size_t entries = 0;            // this identity's, servable
+  uint64_t bytes = 0;            // files of entries/ (this identity's and foreign ones)
+  uint64_t capacity_bytes = 0;
+  size_t foreign_entries = 0;    // another identity's: kept, never served
+  uint64_t foreign_bytes = 0;
+  size_t loaded_at_open = 0;     // entries of this identity found by Open
+  uint64_t hits = 0;             // Reads that verified
+  uint64_t misses_never_seen = 0;
+  uint64_t misses_evicted = 0;
+  uint64_t misses_gone = 0;      // removed between Lookup and Read
+  uint64_t corrupt = 0;          // entries removed because a check failed (Open or Read)
+  uint64_t read_errors = 0;      // I/O errors on read
+  uint64_t writes = 0;           // entries written
+  uint64_t write_skips = 0;      // already on disk, or cleared while queued
+  uint64_t write_drops = 0;      // queue full, larger than the cap
+  uint64_t write_errors = 0;     // I/O errors (the entry stays in RAM only)
+  uint64_t no_space = 0;         // writes skipped for min_free_bytes
+  uint64_t evictions = 0;        // entries removed for the cap
+  uint64_t queued_bytes = 0;
+  double read_ms = 0;            // total time in verified Reads
+  double write_ms = 0;           // total time writing entries
+};
+
+class DiskTier {
+ public:
+  // Creates DIR (and its subdirectories) if needed, takes its lock and rebuilds the index.
+  // InvalidArgument for bad options or identity; FailedPrecondition when another process holds
+  // DIR; PermissionDenied (or the OS error's code) when DIR cannot be created or written.
+  [[nodiscard]] static StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
+                                                                const CacheConfigIdentity& identity);
+  // Writes what is queued, then releases the lock.
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // The longest usable prefix of `tokens` stored for `tenant_namespace`; reads no payload. Counts
+  // a miss (by reason) when there is none; marks the entry used.
+  std::optional<DiskHit> Lookup(const std::string& tenant_namespace, std::span<const Token> tokens);
+  // The entry's payload, verified. DataLoss (entry removed, counted corrupt) when the file does
+  // not hold what its header and checksum say; NotFound when it was removed since the Lookup.
+  [[nodiscard]] StatusOr<std::vector<uint8_t>> Read(const DiskHit& hit);
+
+  // Queues the entry for writing; false when it is dropped (counted) or already stored.
+  // REQUIRES: record.tokens is not empty and lies in the vocabulary; bytes is not empty.
+  bool Put(DiskRecord record, std::vector<uint8_t> bytes);
+  // Waits until every queued write is done.
+  void Flush();
+  // Removes the entries of one tenant namespace (all when nullopt), queued ones included;
+  // returns how many were removed.
+  size_t Clear(const std::optional<std::string>& tenant_namespace);
+
+  DiskTierStats Stats() const;
+
+ private:
+  struct Pending {
+    DiskRecord record;
+    std::vector<uint8_t> bytes;
+    uint64_t generation = 0;  // of its namespace when queued (Clear raises it)
+  };
+  struct Stored {
+    std::string file;  // under entries/
+    std::string tenant_namespace;
+    uint64_t file_bytes = 0;
+    bool exact_only = false;
+    BatchClasses classes;
+  };
+  struct Foreign {
+    std::string file;
+    uint64_t file_bytes = 0;
+  };
+
+  DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity, int lock_fd);
+  Status Load();
+  PrefixScope ScopeOf(const std::string& tenant_namespace) const;
+  uint64_t Generation(const std::string& tenant_namespace) const;  // REQUIRES: mu_ held
+  void WriterLoop();
+  void Write(Pending p);
+  // Evicts until `incoming` more bytes fit; false when they cannot. REQUIRES: mu_ held.
+  bool MakeRoom(uint64_t incoming);
+  void RemoveLocked(EntryId id, bool evicted);  // REQUIRES: mu_ held
+
+  const DiskTierOptions options_;
+  const CacheConfigIdentity identity_;
+  const std::string identity_encoding_;
+  const int lock_fd_;
+
+  mutable std::mutex mu_;
+  RadixIndex index_;
+  std::map<EntryId, Stored> stored_;
+  std::deque<Foreign> foreign_;  // oldest first: evicted before this identity's entries
+  uint64_t bytes_ = 0;
+  std::map<std::string, uint64_t> generations_;
+  uint64_t global_generation_ = 0;
+  DiskTierStats stats_;
+
+  std::condition_variable cv_;        // the queue changed
+  std::condition_variable idle_cv_;   // the writer finished an entry
+  std::deque<Pending> queue_;
+  bool writing_ = false;
+  bool stop_ = false;
+  std::thread writer_;
+};
+
+}  // namespace skippy::cache
