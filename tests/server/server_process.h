@@ -67,6 +67,12 @@ class ServerProcess {
     if (proc_) proc_->Stop(std::chrono::milliseconds(3000));
   }
 
+  // SIGTERM (a graceful stop: the disk tier writes what it queued), SIGKILL after `grace`; the
+  // exit status.
+  int Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(10000)) {
+    return proc_ ? proc_->Stop(grace) : -1;
+  }
+
   int port() const { return port_; }
   pid_t pid() const { return proc_ ? proc_->pid() : -1; }
   const std::string& log() const { return log_; }

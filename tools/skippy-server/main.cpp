@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
                "use llama.cpp's stock matrix kernels even where the patched build has batch-invariant ones (for "
                "measuring them; on repacked quantized weights the startup check then turns the cache off)");
   app.add_option("--cache-ram", o.cache_ram_mib, "byte cap of cached prefixes, MiB")->capture_default_str();
+  app.add_option("--cache-dir", o.cache_dir,
+                 "disk tier: cached prefixes are also written to this directory and served from it after a RAM "
+                 "eviction or a restart (one server per directory; default: none)");
+  app.add_option("--cache-disk-gib", o.cache_disk_gib, "byte cap of the disk tier, GiB")
+      ->capture_default_str()->check(CLI::Range(0.0001, 1e6));
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--exact-min-batch", o.min_exact_batch,
                  "smallest prefill batch of the long class (default: 64 with flash attention on, 2 off); for builds "

@@ -33,16 +33,26 @@ StatusOr<std::unique_ptr<LaneCache>> LaneCache::Create(const LaneCacheOptions& o
   co.decoded.max_entries = std::max<uint32_t>(1, o.decoded_entries);
   co.decoded.max_bytes = std::max<uint64_t>(1, o.decoded_bytes);
   SKIPPY_ASSIGN_OR_RETURN(std::unique_ptr<cache::Cache> core, cache::Cache::Create(co));
-  return std::unique_ptr<LaneCache>(new LaneCache(o, backend, std::move(core), std::move(tier)));
+  std::unique_ptr<cache::DiskTier> disk;
+  if (o.enabled && !o.disk_dir.empty()) {
+    cache::DiskTierOptions d;
+    d.dir = o.disk_dir;
+    d.max_bytes = o.disk_bytes;
+    d.min_free_bytes = o.disk_min_free_bytes;
+    SKIPPY_ASSIGN_OR_RETURN(disk, cache::DiskTier::Open(d, facts.identity));
+  }
+  return std::unique_ptr<LaneCache>(new LaneCache(o, backend, std::move(core), std::move(tier), std::move(disk)));
 }
 
 LaneCache::LaneCache(const LaneCacheOptions& o, LaneBackend& backend, std::unique_ptr<cache::Cache> core,
-                     std::unique_ptr<cache::PayloadTier> tier)
+                     std::unique_ptr<cache::PayloadTier> tier, std::unique_ptr<cache::DiskTier> disk)
     : options_(o),
       backend_(backend),
       cache_(std::move(core)),
       tier_(std::move(tier)),
-      recorder_(backend, *cache_, *tier_, entries_, counters_),
+      disk_(std::move(disk)),
+      recorder_(backend, *cache_, *tier_, entries_, counters_, disk_.get(),
+                [this](const std::string& cache_namespace) { return TenantOf(cache_namespace); }),
       restorer_(backend, *cache_, *tier_, entries_, recorder_, counters_),
       jobs_(backend.facts().lane_count),
       held_(backend.facts().lane_count) {
@@ -64,6 +74,14 @@ cache::PrefixScope LaneCache::Scope(const std::string& ns) const {
   auto it = epochs_.find(ns);
   scope.cache_namespace = StrCat(global_epoch_, ".", it == epochs_.end() ? 0 : it->second, "/", ns);
   return scope;
+}
+
+std::optional<std::string> LaneCache::TenantOf(const std::string& cache_namespace) const {
+  const size_t slash = cache_namespace.find('/');
+  if (slash == std::string::npos) return std::nullopt;
+  std::string tenant = cache_namespace.substr(slash + 1);
+  if (Scope(tenant).cache_namespace != cache_namespace) return std::nullopt;
+  return tenant;
 }
 
 LaneHeld LaneCache::Match(const Held& held, const LaneJob& job) const {
@@ -97,6 +115,7 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   start.decoded = r.decoded;
   start.miss_reason = r.miss_reason;
   start.payload = r.payload;
+  start.tier = r.tier;
   start.chunk_ends = job.plan.chunk_ends;
   return start;
 }
@@ -153,6 +172,7 @@ size_t LaneCache::Clear(const std::optional<std::string>& ns) {
   }
   size_t erased = 0;
   for (cache::EntryId id : entries_.InNamespace(scope_ns)) erased += recorder_.Erase(id) ? 1 : 0;
+  if (disk_) (void)disk_->Clear(ns);  // the same prefixes: not counted twice
   return erased;
 }
 
@@ -170,7 +190,13 @@ LaneCacheStats LaneCache::Stats() const {
   s.stored_hits = counters_.stored_hits.load();
   s.lane_hits = counters_.lane_hits.load();
   s.recurrent_onto_hits = counters_.recurrent_onto_hits.load();
+  s.disk_hits = counters_.disk_hits.load();
+  if (disk_) s.disk = disk_->Stats();
   return s;
+}
+
+void LaneCache::FlushDisk() {
+  if (disk_) disk_->Flush();
 }
 
 }  // namespace skippy::lane_cache

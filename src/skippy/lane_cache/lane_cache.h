@@ -24,6 +24,10 @@
 // check). tests/server compares outputs and log-probabilities with --no-cache per family, flash
 // attention on and off.
 //
+// With options.disk_dir, a disk tier (cache::DiskTier) under the RAM: every entry is written
+// through to it, and a prompt RAM serves less of than the disk reads the disk entry back, so
+// prefixes outlive RAM evictions and restarts (docs/DESIGN.md, "The disk tier").
+//
 // Recording is best effort (a full cache, an existing entry or a failed export skips it). Namespaces:
 // a scope's cache_namespace is the tenant namespace plus clear epochs, so Clear(namespace) makes
 // every entry of that namespace, and every lane's memory of it, unreachable at once.
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "skippy/cache/cache.h"
+#include "skippy/cache/disk_tier.h"
 #include "skippy/cache/payload_tier.h"
 #include "skippy/lane_cache/entry_table.h"
 #include "skippy/lane_cache/lane_backend.h"
@@ -60,12 +65,14 @@ struct JobStart {
   std::shared_ptr<const cache::DecodedResult> decoded;
   std::string miss_reason;  // "" on a hit: cache-disabled, short-prompt, never-seen, evicted, ...
   std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
+  std::string tier;         // "lane", "memory" or "disk" on a hit
   std::vector<size_t> chunk_ends;  // where each prefill batch ends, ascending, last == prompt size
 };
 
 class LaneCache {
  public:
-  // InvalidArgument for a bad configuration identity or options. `backend` outlives the cache.
+  // InvalidArgument for a bad configuration identity or options; the disk tier's errors (a
+  // directory in use or not writable) as DiskTier::Open gives them. `backend` outlives the cache.
   [[nodiscard]] static StatusOr<std::unique_ptr<LaneCache>> Create(const LaneCacheOptions& options,
                                                                    LaneBackend& backend);
   // The caller's injected tier (a disk or shared tier, or a small memory tier in tests).
@@ -89,11 +96,15 @@ class LaneCache {
   size_t PrefillChunk() const;
   const FamilyStrategy& strategy() const { return *strategy_; }
   LaneCacheStats Stats() const;
+  // Waits until every entry queued for the disk tier is written (tests, shutdown).
+  void FlushDisk();
 
  private:
   LaneCache(const LaneCacheOptions& options, LaneBackend& backend, std::unique_ptr<cache::Cache> cache,
-            std::unique_ptr<cache::PayloadTier> tier);
+            std::unique_ptr<cache::PayloadTier> tier, std::unique_ptr<cache::DiskTier> disk);
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
+  // The tenant namespace of a scope's cache_namespace, if no Clear came since (Recorder::TenantOf).
+  std::optional<std::string> TenantOf(const std::string& cache_namespace) const;
   // The lane's last job's prompt, kept for the next job (LaneKeep).
   struct Held {
     std::vector<Token> tokens;
@@ -107,6 +118,7 @@ class LaneCache {
   LaneCacheCounters counters_;
   std::unique_ptr<cache::Cache> cache_;
   std::unique_ptr<cache::PayloadTier> tier_;
+  std::unique_ptr<cache::DiskTier> disk_;  // outlives the recorder that writes to it
   EntryTable entries_;
   Recorder recorder_;
   Restorer restorer_;

@@ -29,6 +29,12 @@ struct LaneCacheOptions {
   uint64_t max_bytes = uint64_t{1} << 30;
   uint32_t decoded_entries = 1024;
   uint64_t decoded_bytes = uint64_t{256} << 20;
+
+  // The disk tier (cache::DiskTier): entries are written through to this directory and read back
+  // after a RAM miss or a restart. "" for none; not opened while the cache is off.
+  std::string disk_dir;
+  uint64_t disk_bytes = uint64_t{8} << 30;
+  uint64_t disk_min_free_bytes = uint64_t{256} << 20;
 };
 
 }  // namespace skippy::lane_cache

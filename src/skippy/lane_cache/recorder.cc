@@ -28,7 +28,7 @@ void Recorder::Resident(int32_t lane, const cache::PrefixScope& scope, std::span
   }
   auto bytes = backend_.ExportResident(lane);
   if (!bytes.ok()) Warn("export", bytes.status());
-  Count(bytes.ok() && Store(scope, prompt, PayloadKind::kResidentKv, *bytes, exact_only, classes));
+  Count(bytes.ok() && Store(scope, prompt, PayloadKind::kResidentKv, *bytes, exact_only, classes).has_value());
 }
 
 void Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
@@ -38,7 +38,7 @@ void Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::spa
     Warn("export", bytes.status());
     return;
   }
-  Count(Store(scope, prefix, PayloadKind::kKvRecurrent, *bytes, false, classes));
+  Count(Store(scope, prefix, PayloadKind::kKvRecurrent, *bytes, false, classes).has_value());
 }
 
 std::optional<PendingRecord> Recorder::CopyRecurrent(int32_t lane, size_t tokens) {
@@ -60,12 +60,13 @@ void Recorder::Deferred(int32_t lane, const cache::PrefixScope& scope, std::span
     counters_.record_skips += pending.size() + (record_prompt ? 1 : 0);
     return;
   }
-  if (record_prompt) Count(Store(scope, prompt, PayloadKind::kKvRecurrent, *full, false, classes));
+  if (record_prompt) Count(Store(scope, prompt, PayloadKind::kKvRecurrent, *full, false, classes).has_value());
   for (const PendingRecord& p : pending) {
     if (p.tokens == 0 || p.tokens >= prompt.size()) continue;
     auto bytes = backend_.StateAt(*full, p.tokens, p.recurrent);
     if (!bytes.ok()) Warn("deferred record", bytes.status());
-    Count(bytes.ok() && Store(scope, prompt.first(p.tokens), PayloadKind::kKvRecurrent, *bytes, false, classes));
+    Count(bytes.ok() &&
+          Store(scope, prompt.first(p.tokens), PayloadKind::kKvRecurrent, *bytes, false, classes).has_value());
   }
 }
 
@@ -74,8 +75,19 @@ void Recorder::Decoded(const cache::PrefixScope& scope, std::span<const Token> p
   if (Status s = cache_.PutDecoded(DecodedScope(scope, classes), prompt, logits); !s.ok()) Warn("decoded result", s);
 }
 
-bool Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tokens, PayloadKind kind,
-                     std::span<const uint8_t> bytes, bool exact_only, const cache::BatchClasses& classes) {
+std::optional<std::string> Recorder::DiskNamespace(const cache::PrefixScope& scope) const {
+  if (disk_ == nullptr || !tenant_of_) return std::nullopt;
+  return tenant_of_(scope.cache_namespace);
+}
+
+std::optional<cache::EntryId> Recorder::Adopt(const cache::PrefixScope& scope, const cache::DiskRecord& record,
+                                              std::span<const uint8_t> bytes) {
+  return Store(scope, record.tokens, record.kind, bytes, record.exact_only, record.classes, /*persist=*/false);
+}
+
+std::optional<cache::EntryId> Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tokens,
+                                              PayloadKind kind, std::span<const uint8_t> bytes, bool exact_only,
+                                              const cache::BatchClasses& classes, bool persist) {
   cache::RecordRequest rq;
   rq.kind = kind;
   rq.bytes = bytes.size();
@@ -83,7 +95,7 @@ bool Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tok
   rq.needs_sequence = false;
   rq.exact_only = exact_only;
   auto res = cache_.Reserve(scope, tokens, rq);
-  if (!res.ok()) return false;  // already recorded, or no room
+  if (!res.ok()) return std::nullopt;  // already recorded, or no room
   for (const cache::EntryInfo& e : res->evictions) {
     Free(e);
     ++counters_.evictions;
@@ -95,20 +107,27 @@ bool Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tok
   if (!put.ok()) {
     Warn("payload put", put.status());
     (void)cache_.Abort(res->id);
-    return false;
+    return std::nullopt;
   }
   auto id = cache_.Commit(res->id, put->id);
   if (!id.ok()) {
     Warn("commit", id.status());
     (void)tier_.Erase(put->id);
-    return false;
+    return std::nullopt;
   }
   EntryTable::Entry entry{scope.cache_namespace, put->id, 0, classes.Prefix(tokens.size())};
   if (kind == PayloadKind::kKvRecurrent && backend_.facts().hybrid_memory) {
     if (auto at = backend_.RecurrentOffset(bytes); at.ok()) entry.recurrent_offset = *at;
   }
+  if (persist) {
+    if (std::optional<std::string> tenant = DiskNamespace(scope)) {
+      cache::DiskRecord record{std::move(*tenant), std::vector<Token>(tokens.begin(), tokens.end()), kind, exact_only,
+                               entry.classes};
+      (void)disk_->Put(std::move(record), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+    }
+  }
   entries_.Add(*id, std::move(entry));
-  return true;
+  return *id;
 }
 
 void Recorder::PayloadEvicted(cache::PayloadId payload) {

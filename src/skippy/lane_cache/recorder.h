@@ -2,6 +2,10 @@
 // payload in the tier (exported through the backend), an entry in the cache core (radix index +
 // caps) and a row in the EntryTable, made or dropped together.
 //
+// With a disk tier, every entry recorded is also queued for the disk (write-through: it is there
+// when RAM evicts it and after a restart), under its tenant namespace, unless a Clear of that
+// namespace came after the job began. Entries read back from the disk (Adopt) are not written again.
+//
 // Recording is best effort: a full cache, an existing entry or a failed export skips the record
 // (counted as record_skips; the request is still served). Entries the cache core evicts for its
 // caps, and entries whose payload the tier evicts for its own (through the on_evict callback of
@@ -11,12 +15,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
 #include "skippy/cache/batch_classes.h"
 #include "skippy/cache/cache.h"
+#include "skippy/cache/disk_tier.h"
 #include "skippy/cache/payload_tier.h"
 #include "skippy/lane_cache/entry_table.h"
 #include "skippy/lane_cache/lane_backend.h"
@@ -35,9 +42,19 @@ cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::Ba
 
 class Recorder {
  public:
+  // A scope's cache_namespace -> its tenant namespace, if the scope is still current (no Clear
+  // since); nullopt otherwise.
+  using TenantOf = std::function<std::optional<std::string>(const std::string& cache_namespace)>;
+
   Recorder(LaneBackend& backend, cache::Cache& cache, cache::PayloadTier& tier, EntryTable& entries,
-           LaneCacheCounters& counters)
-      : backend_(backend), cache_(cache), tier_(tier), entries_(entries), counters_(counters) {}
+           LaneCacheCounters& counters, cache::DiskTier* disk = nullptr, TenantOf tenant_of = nullptr)
+      : backend_(backend),
+        cache_(cache),
+        tier_(tier),
+        entries_(entries),
+        counters_(counters),
+        disk_(disk),
+        tenant_of_(std::move(tenant_of)) {}
 
   // ResidentKv: exports the lane's KV as the entry of `prompt`. Skipped unless the lane holds
   // exactly prompt.size() tokens. exact_only: the entry serves its whole length only (sliding
@@ -59,6 +76,14 @@ class Recorder {
   void Decoded(const cache::PrefixScope& scope, std::span<const Token> prompt, const cache::BatchClasses& classes,
                const std::vector<float>& logits);
 
+  // An entry read back from the disk tier becomes a RAM entry again (not written back); its id,
+  // or nullopt when the cache core has no room or the entry is already in RAM.
+  std::optional<cache::EntryId> Adopt(const cache::PrefixScope& scope, const cache::DiskRecord& record,
+                                      std::span<const uint8_t> bytes);
+  // The disk tier (nullptr without one) and the tenant namespace `scope` is kept under there.
+  cache::DiskTier* disk() const { return disk_; }
+  std::optional<std::string> DiskNamespace(const cache::PrefixScope& scope) const;
+
   // Drops the pin a Lookup took; frees the entry if it was erased meanwhile.
   void Release(cache::EntryId id);
   // Erases an entry (deferred by the cache core while pinned); returns whether it existed.
@@ -67,9 +92,11 @@ class Recorder {
   void Free(const cache::EntryInfo& info);
 
  private:
-  // Stores `bytes` as the entry of `tokens`. False if not recorded.
-  bool Store(const cache::PrefixScope& scope, std::span<const Token> tokens, cache::PayloadKind kind,
-             std::span<const uint8_t> bytes, bool exact_only, const cache::BatchClasses& classes);
+  // Stores `bytes` as the entry of `tokens` (and queues it for the disk when `persist`); its id,
+  // nullopt if not recorded.
+  std::optional<cache::EntryId> Store(const cache::PrefixScope& scope, std::span<const Token> tokens,
+                                      cache::PayloadKind kind, std::span<const uint8_t> bytes, bool exact_only,
+                                      const cache::BatchClasses& classes, bool persist = true);
   void Count(bool recorded);
   // PayloadTier::OnEvict: the tier dropped `payload` for its cap.
   void PayloadEvicted(cache::PayloadId payload);
@@ -79,6 +106,8 @@ class Recorder {
   cache::PayloadTier& tier_;
   EntryTable& entries_;
   LaneCacheCounters& counters_;
+  cache::DiskTier* const disk_;
+  const TenantOf tenant_of_;
 };
 
 }  // namespace skippy::lane_cache

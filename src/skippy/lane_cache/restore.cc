@@ -25,6 +25,29 @@ RestoreOutcome Restorer::Miss(int32_t lane, std::string reason, size_t branch) {
   return out;
 }
 
+std::optional<cache::EntryId> Restorer::PromoteFromDisk(const LaneJob& job, std::span<const Token> key,
+                                                         size_t have) {
+  cache::DiskTier* disk = recorder_.disk();
+  if (disk == nullptr || key.size() <= have) return std::nullopt;
+  const std::optional<std::string> tenant = recorder_.DiskNamespace(job.scope);
+  if (!tenant) return std::nullopt;
+  if (auto ram = cache_.Peek(job.scope, key); ram.ok() && ram->match) {
+    have = std::max(have, ram->match->usable_tokens);
+    if (have >= key.size()) return std::nullopt;
+  }
+  const std::optional<cache::DiskHit> hit = disk->Lookup(*tenant, key);
+  // Worth a read only if it serves more rows, computed in this prompt's classes, than RAM or the lane.
+  if (!hit || std::min(hit->usable_tokens, job.classes.AgreesUpTo(hit->record.classes)) <= have) return std::nullopt;
+  auto bytes = disk->Read(*hit);
+  if (!bytes.ok()) {
+    Warn("disk read", bytes.status());
+    return std::nullopt;
+  }
+  std::optional<cache::EntryId> id = recorder_.Adopt(job.scope, hit->record, *bytes);
+  if (id) ++counters_.disk_hits;
+  return id;
+}
+
 size_t Restorer::AgreedRows(cache::EntryId id, const cache::BatchClasses& classes) const {
   const EntryTable::Entry* e = entries_.Find(id);
   return e == nullptr ? 0 : classes.AgreesUpTo(e->classes);
@@ -97,6 +120,8 @@ RestoreOutcome Restorer::Restore(FamilyStrategy& strategy, int32_t lane, const L
   const size_t lane_agreed = held.classes ? std::min(lane_shared, classes.AgreesUpTo(*held.classes)) : 0;
   size_t keep = strategy.lane_keep() == FamilyStrategy::LaneKeep::kPromptKv ? lane_agreed : 0;
   if (!(decoded && keep == n)) keep = classes.LastStartAtOrBelow(std::min(keep, a.limit));
+  const std::optional<cache::EntryId> from_disk =
+      PromoteFromDisk(job, decoded ? prompt : prompt.first(a.limit), keep);
   if (!FindEntry(strategy, job, decoded != nullptr, a)) return Miss(lane, "restore-failed", a.branch);
   if (keep > 0) keep = strategy.UsableLaneTokens(lane, keep);
   // The lane already holds at least as much (less the strategy's margin): no entry is needed.
@@ -116,6 +141,7 @@ RestoreOutcome Restorer::Restore(FamilyStrategy& strategy, int32_t lane, const L
     strategy.AfterLaneCut(lane, job, keep, a.branch);
     out.restored = keep;
     out.payload = std::string(cache::PayloadKindName(PayloadKind::kResidentKv));
+    out.tier = "lane";
     if (decoded && keep == n) out.decoded = std::move(decoded);
     return out;
   }
@@ -134,6 +160,7 @@ RestoreOutcome Restorer::Restore(FamilyStrategy& strategy, int32_t lane, const L
   }
   out.restored = m.usable_tokens;
   out.payload = std::string(cache::PayloadKindName(m.entry.desc.kind));
+  out.tier = from_disk == m.entry.id ? "disk" : "memory";
   if (decoded && out.restored == n) out.decoded = std::move(decoded);
   return out;
 }

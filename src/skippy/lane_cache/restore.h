@@ -5,6 +5,9 @@
 // result). Never leaves a lane half-restored: on any failure the lane is cleared and the outcome
 // is a miss with reason "restore-failed".
 //
+// With a disk tier, a prompt that RAM and the lane serve less of than a disk entry does has that
+// entry read (verified), made a RAM entry again (Recorder::Adopt) and restored like any other.
+//
 // Thread-safety: engine thread only.
 #pragma once
 
@@ -29,6 +32,7 @@ struct RestoreOutcome {
   std::shared_ptr<const cache::DecodedResult> decoded;  // set when the whole prompt was restored
   std::string miss_reason;  // "" on a hit
   std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
+  std::string tier;         // where the hit came from: "lane", "memory" or "disk" ("" on a miss)
   // Where the prompt branches off what the cache and the lane have seen (hit or miss; 0 when
   // unknown): the plan records there, so the next prompt that branches at the same point hits it.
   size_t branch = 0;
@@ -61,6 +65,9 @@ class Restorer {
   // The entry to restore from, pinned (nullopt: none usable); false if a lookup failed.
   bool FindEntry(FamilyStrategy& strategy, const LaneJob& job, bool decoded, Attempt& a);
   RestoreOutcome Miss(int32_t lane, std::string reason, size_t branch);
+  // Reads the disk entry serving more of `key` than `have` tokens (what the lane or RAM give), if
+  // any, back into RAM; the new RAM entry's id.
+  std::optional<cache::EntryId> PromoteFromDisk(const LaneJob& job, std::span<const Token> key, size_t have);
   // How many of the prompt's first rows an entry may serve: up to its first row classed otherwise.
   size_t AgreedRows(cache::EntryId id, const cache::BatchClasses& classes) const;
 

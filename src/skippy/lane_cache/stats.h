@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "skippy/cache/cache.h"
+#include "skippy/cache/disk_tier.h"
 #include "skippy/cache/payload_tier.h"
 
 namespace skippy::lane_cache {
@@ -19,6 +21,7 @@ struct LaneCacheCounters {
   std::atomic<uint64_t> stored_hits{0};         // restores imported from the payload tier
   std::atomic<uint64_t> lane_hits{0};           // restores that cut the lane's own last prompt
   std::atomic<uint64_t> recurrent_onto_hits{0}; // hybrid restores of the recurrent state only
+  std::atomic<uint64_t> disk_hits{0};           // disk entries read back into RAM for a restore
 };
 
 struct LaneCacheStats {
@@ -29,7 +32,8 @@ struct LaneCacheStats {
   std::string tier_name;
   cache::TierUsage tier;
   uint64_t records = 0, record_skips = 0, evictions = 0;
-  uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0;
+  uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0, disk_hits = 0;
+  std::optional<cache::DiskTierStats> disk;  // with a disk tier
 };
 
 }  // namespace skippy::lane_cache

@@ -1,6 +1,32 @@
 #include "skippy/server/cache_stats.h"
 
 namespace skippy::server {
+namespace {
+
+nlohmann::json DiskJson(const cache::DiskTierStats& d) {
+  return {{"dir", d.dir},
+          {"entries", d.entries},
+          {"bytes", d.bytes},
+          {"capacity_bytes", d.capacity_bytes},
+          {"foreign_entries", d.foreign_entries},
+          {"foreign_bytes", d.foreign_bytes},
+          {"loaded_at_open", d.loaded_at_open},
+          {"hits", d.hits},
+          {"misses_by_reason", {{"never-seen", d.misses_never_seen}, {"evicted", d.misses_evicted}, {"gone", d.misses_gone}}},
+          {"corrupt", d.corrupt},
+          {"read_errors", d.read_errors},
+          {"writes", d.writes},
+          {"write_skips", d.write_skips},
+          {"write_drops", d.write_drops},
+          {"write_errors", d.write_errors},
+          {"no_space", d.no_space},
+          {"evictions", d.evictions},
+          {"queued_bytes", d.queued_bytes},
+          {"read_ms", d.read_ms},
+          {"write_ms", d.write_ms}};
+}
+
+}  // namespace
 
 nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
   const cache::RadixStats& index = s.cache.pool.index;
@@ -25,6 +51,8 @@ nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
       {"stored_hits", s.stored_hits},
       {"lane_hits", s.lane_hits},
       {"recurrent_onto_hits", s.recurrent_onto_hits},
+      {"disk_hits", s.disk_hits},
+      {"disk", s.disk ? DiskJson(*s.disk) : nlohmann::json(nullptr)},
       {"payload_store",
        {{"tier", s.tier_name}, {"payloads", s.tier.payloads}, {"logical_bytes", s.tier.logical_bytes},
         {"physical_bytes", s.tier.physical_bytes}, {"saved_bytes", saved}, {"capacity_bytes", s.tier.capacity_bytes},
@@ -41,6 +69,7 @@ void FillCacheGauges(const lane_cache::LaneCacheStats& s, Gauges& g) {
   g.decoded_entries = s.cache.decoded.entries;
   g.decoded_bytes = s.cache.decoded.bytes;
   g.cache_evictions = s.evictions;
+  g.disk = s.disk;
 }
 
 }  // namespace skippy::server

@@ -72,7 +72,7 @@ Status HttpServer::Run() {
     if (!s.ok()) {
       load_status_ = s;
       load_failed_ = true;
-      std::fprintf(stderr, "skippy-server: cannot load the model: %s\n", std::string(s.message()).c_str());
+      std::fprintf(stderr, "skippy-server: cannot start: %s\n", std::string(s.message()).c_str());
       http_->stop();
       return;
     }
@@ -234,7 +234,8 @@ void HttpServer::CacheStats(const httplib::Request& req, httplib::Response& res)
                  {"max_messages", options_.max_messages}, {"io_timeout_seconds", options_.io_timeout_seconds},
                  {"queue_size", options_.queue_size}, {"cache_ram_mib", options_.cache_ram_mib},
                  {"cache_entries", options_.cache_entries}, {"decoded_ram_mib", options_.decoded_ram_mib},
-                 {"decoded_entries", options_.decoded_entries}};
+                 {"decoded_entries", options_.decoded_entries}, {"cache_dir", options_.cache_dir},
+                 {"cache_disk_gib", options_.cache_disk_gib}};
   const Gauges g = scheduler_->gauges();
   j["lanes"] = g.lanes_total;
   j["lanes_busy"] = g.lanes_busy;

@@ -33,6 +33,7 @@ struct JobTimings {
   double record_ms = 0;     // records taken during prefill (before the first token), part of prompt_ms
   bool decoded_result_hit = false;
   std::string cache_payload;     // payload restored from, "" on a miss
+  std::string cache_tier;        // "lane", "memory" or "disk" on a hit
   std::string cache_miss_reason; // "" on a hit
 };
 

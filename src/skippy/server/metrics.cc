@@ -108,6 +108,37 @@ std::string Metrics::Render(const Gauges& g) const {
   StrAppend(&o, "skippy_cache_decoded_bytes ", g.decoded_bytes, "\n");
   head("skippy_cache_evictions_total", "counter", "Prefix entries evicted to make room.");
   StrAppend(&o, "skippy_cache_evictions_total ", g.cache_evictions, "\n");
+  if (g.disk) {
+    const cache::DiskTierStats& d = *g.disk;
+    head("skippy_disk_entries", "gauge", "Disk tier entries this configuration may serve.");
+    StrAppend(&o, "skippy_disk_entries ", d.entries, "\n");
+    head("skippy_disk_bytes", "gauge", "Bytes of the disk tier's entry files (every configuration's).");
+    StrAppend(&o, "skippy_disk_bytes ", d.bytes, "\n");
+    head("skippy_disk_capacity_bytes", "gauge", "The disk tier's byte cap.");
+    StrAppend(&o, "skippy_disk_capacity_bytes ", d.capacity_bytes, "\n");
+    head("skippy_disk_foreign_entries", "gauge", "Disk entries of another configuration: kept, never served.");
+    StrAppend(&o, "skippy_disk_foreign_entries ", d.foreign_entries, "\n");
+    head("skippy_disk_hits_total", "counter", "Disk entries read back and verified.");
+    StrAppend(&o, "skippy_disk_hits_total ", d.hits, "\n");
+    head("skippy_disk_misses_total", "counter", "Disk lookups without a usable entry, by reason.");
+    StrAppend(&o, "skippy_disk_misses_total{reason=\"never-seen\"} ", d.misses_never_seen, "\n");
+    StrAppend(&o, "skippy_disk_misses_total{reason=\"evicted\"} ", d.misses_evicted, "\n");
+    StrAppend(&o, "skippy_disk_misses_total{reason=\"gone\"} ", d.misses_gone, "\n");
+    head("skippy_disk_corrupt_total", "counter", "Disk entries removed because a check failed.");
+    StrAppend(&o, "skippy_disk_corrupt_total ", d.corrupt, "\n");
+    head("skippy_disk_writes_total", "counter", "Disk entries written, by outcome.");
+    StrAppend(&o, "skippy_disk_writes_total{outcome=\"written\"} ", d.writes, "\n");
+    StrAppend(&o, "skippy_disk_writes_total{outcome=\"skipped\"} ", d.write_skips, "\n");
+    StrAppend(&o, "skippy_disk_writes_total{outcome=\"dropped\"} ", d.write_drops, "\n");
+    StrAppend(&o, "skippy_disk_writes_total{outcome=\"error\"} ", d.write_errors, "\n");
+    StrAppend(&o, "skippy_disk_writes_total{outcome=\"no-space\"} ", d.no_space, "\n");
+    head("skippy_disk_evictions_total", "counter", "Disk entries removed for the byte cap.");
+    StrAppend(&o, "skippy_disk_evictions_total ", d.evictions, "\n");
+    head("skippy_disk_read_seconds_total", "counter", "Time spent reading and verifying disk entries.");
+    StrAppend(&o, "skippy_disk_read_seconds_total ", d.read_ms / 1000.0, "\n");
+    head("skippy_disk_write_seconds_total", "counter", "Time spent writing disk entries.");
+    StrAppend(&o, "skippy_disk_write_seconds_total ", d.write_ms / 1000.0, "\n");
+  }
   head("skippy_lanes", "gauge", "Runtime lanes.");
   StrAppend(&o, "skippy_lanes ", g.lanes_total, "\n");
   head("skippy_lanes_busy", "gauge", "Lanes serving a request.");

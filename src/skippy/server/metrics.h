@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "skippy/cache/disk_tier.h"
 
 namespace skippy::server {
 
@@ -25,6 +27,7 @@ struct Gauges {
   size_t decoded_entries = 0;
   uint64_t decoded_bytes = 0;
   uint64_t cache_evictions = 0;
+  std::optional<cache::DiskTierStats> disk;  // with a disk tier
   bool loading = true;
 };
 

@@ -74,6 +74,7 @@ json TimingsJson(const JobTimings& t) {
 json SkippyJson(const JobTimings& t) {
   return {{"cache_hit", t.cache_miss_reason.empty()},
           {"cache_payload", t.cache_payload},
+          {"cache_tier", t.cache_tier},
           {"cache_miss_reason", t.cache_miss_reason},
           {"decoded_result_hit", t.decoded_result_hit},
           {"queue_ms", t.queue_ms},

@@ -33,6 +33,8 @@ lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
   lo.max_bytes = std::max<uint64_t>(1, o.cache_ram_mib) << 20;
   lo.decoded_entries = o.decoded_entries;
   lo.decoded_bytes = std::max<uint64_t>(1, o.decoded_ram_mib) << 20;
+  lo.disk_dir = o.cache_dir;
+  lo.disk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.cache_disk_gib * double(uint64_t{1} << 30)));
   return lo;
 }
 
@@ -321,6 +323,7 @@ void Scheduler::StartJob(int32_t id) {
   lane.timings.cache_n = r.restored;
   lane.timings.prompt_n = prompt.size() - r.restored;
   lane.timings.cache_payload = r.payload;
+  lane.timings.cache_tier = r.tier;
   lane.timings.cache_miss_reason = r.miss_reason;
   lane.timings.decoded_result_hit = r.decoded != nullptr;
   if (r.miss_reason.empty()) {

@@ -41,6 +41,10 @@ struct ServerOptions {
   uint32_t record_tail = 4;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
+  // Disk tier: entries written through to this directory, read back after a RAM miss or a
+  // restart ("" for none), under a byte cap in GiB.
+  std::string cache_dir;
+  double cache_disk_gib = 8;
 
   // HTTP and limits.
   std::string host = "127.0.0.1";
