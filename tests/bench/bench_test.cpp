@@ -269,6 +269,20 @@ TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
     EXPECT_GT(run["summary"]["peak_rss_bytes"].get<uint64_t>(), 0u);
   }
   EXPECT_EQ((*doc)["summary"].size(), bench::WorkloadNames().size() * 2);
+  // The restart workload: skippy-server's restarted process reuses every document from its disk
+  // tier; llama-server's reuses no more than the "Document " its documents start with.
+  for (const json& run : (*doc)["runs"]) {
+    if (run["workload"] != "restart") continue;
+    ASSERT_TRUE(run["phases"].contains("after-restart")) << run.dump();
+    for (const json& r : run["requests"]) {
+      if (r["phase"] != "after-restart") continue;
+      if (run["server"] == "skippy") {
+        EXPECT_GT(r["cache_n"].get<int>(), 60) << r.dump();
+      } else {
+        EXPECT_LT(r["cache_n"].get<int>(), 10) << r.dump();
+      }
+    }
+  }
   ASSERT_EQ((*doc)["concurrency_sweep"].size(), 2u);
   for (const json& l : (*doc)["concurrency_sweep"]) EXPECT_EQ(l["status"], "ok") << l.dump();
   std::ifstream in(fs::path(o.output_dir) / "serve-compare.json");

@@ -118,6 +118,27 @@ std::string HeadToHead(const json& doc) {
   return shown > 0 ? md : std::string();
 }
 
+// The restart workload's phases: TTFT p50 before the restart, after it (the disk tier for Skippy),
+// and warm again (RAM), per family and server.
+std::string RestartTable(const json& doc) {
+  std::string rows;
+  for (const json& r : doc["summary"]) {
+    if (!r.contains("phases_ttft_p50_ms")) continue;
+    const json& p = r["phases_ttft_p50_ms"];
+    const double first = p.value("first", 0.0), after = p.value("after-restart", 0.0), warm = p.value("warm", 0.0);
+    rows += StrCat("| ", r.value("family", ""), " | ", r.value("server", ""), " | ", fmt::format("{:.1f}", first), " | ",
+                   fmt::format("{:.1f}", after), " | ", fmt::format("{:.1f}", warm), " | ",
+                   warm > 0 ? fmt::format("{:.2f}x", after / warm) : std::string("-"), " |\n");
+  }
+  if (rows.empty()) return "";
+  return StrCat("\n## Restart (TTFT p50 ms per phase; medians over repeats)\n\n"
+                "Each document is asked about once, the server is stopped and started again, each is asked a new "
+                "question (\"after restart\": skippy-server reads its disk tier, llama-server starts cold), then a third "
+                "(\"warm\": RAM). \"after / warm\": how much slower the first request after the restart is than a warm one.\n\n"
+                "| Family | Server | first | after restart | warm | after / warm |\n|---|---|---:|---:|---:|---:|\n",
+                rows);
+}
+
 std::string Markdown(const json& doc) {
   std::string md = StrCat("# skippy-server vs llama-server\n\n",
                           doc.value("synthetic_weights", true) ? "Synthetic-weight models (skippy-zoo); speed only, not quality.\n\n" : "",
@@ -151,6 +172,7 @@ std::string Markdown(const json& doc) {
                  " | ", fmt::format("{:.0f}", r.value("peak_rss_bytes", uint64_t{0}) / 1048576.0), " | ",
                  AgreementCell(r), " |\n");
   }
+  md += RestartTable(doc);
   for (const auto& c : doc.value("charts", json::array())) md += StrCat("\n![", c.get<std::string>(), "](", c.get<std::string>(), ")\n");
   if (!doc["concurrency_sweep"].empty()) {
     md += StrCat("\n## Concurrency sweep (interleaved-prefixes; lanes = slots = clients; TTFT SLO ",
@@ -346,6 +368,16 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           SKIPPY_ASSIGN_OR_RETURN(ModelServerOptions so,
                                   ServerOptions(o, server, model, out / "work" / StrCat(key, "-", w.name, "-", server, ".log")));
           json run = {{"family", key}, {"workload", w.name}, {"server", server}, {"repeat", rep}};
+          // A workload that restarts the server gives skippy-server a disk tier, fresh for each run:
+          // what it serves after the restart is what this run's first server wrote.
+          const bool restarts = std::any_of(w.requests.begin(), w.requests.end(),
+                                            [](const WorkloadRequest& r) { return r.restart_before; });
+          if (restarts && server == "skippy") {
+            const fs::path cache_dir = out / "work" / StrCat(key, "-", w.name, "-rep", rep, "-cache");
+            fs::remove_all(cache_dir, ec);
+            so.extra_args.insert(so.extra_args.end(), {"--cache-dir", cache_dir.string()});
+            run["cache_dir"] = cache_dir.string();
+          }
           auto srv = ModelServer::Start(so);
           if (!srv.ok()) {
             run["status"] = "error";
@@ -357,20 +389,53 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           std::vector<StreamRun> results;
           json reqs = json::array();
           const auto t0 = SteadyClock::now();
+          double restart_ms = 0;  // not counted in wall time
+          uint64_t peak_rss = 0;
           for (const WorkloadRequest& req : w.requests) {
+            if (req.restart_before) {
+              const auto r0 = SteadyClock::now();
+              peak_rss = std::max(peak_rss, srv->PeakRssBytes());
+              srv->Stop();
+              srv = ModelServer::Start(so);
+              restart_ms += MsSince(r0);
+              if (!srv.ok()) break;
+            }
             StreamRun r = srv->StreamComplete(req.prompt, req.n_predict);
-            reqs.push_back({{"stream", req.stream}, {"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"e2e_ms", r.total_ms},
-                            {"tokens", r.tokens}, {"cache_n", r.timings.value("cache_n", -1)},
+            reqs.push_back({{"stream", req.stream}, {"phase", req.phase}, {"ok", r.ok}, {"ttft_ms", r.ttft_ms},
+                            {"e2e_ms", r.total_ms}, {"tokens", r.tokens}, {"cache_n", r.timings.value("cache_n", -1)},
                             {"prompt_n", r.timings.value("prompt_n", -1)}, {"content", r.content}, {"error", r.error}});
             results.push_back(std::move(r));
           }
-          const double wall_s = MsSince(t0) / 1000.0;
-          run["summary"] = Summarize(results, wall_s, o.ttft_slo_ms);
-          run["summary"]["peak_rss_bytes"] = srv->PeakRssBytes();
+          if (!srv.ok()) {
+            run["status"] = "error";
+            run["error"] = StrCat("restart: ", srv.status().message());
+            doc["runs"].push_back(run);
+            flush();
+            continue;
+          }
+          const double wall_s = (MsSince(t0) - restart_ms) / 1000.0;
+          // Per phase; the headline phase's requests make the run's summary.
+          std::map<std::string, std::vector<StreamRun>> phases;
+          for (size_t i = 0; i < results.size(); ++i) {
+            if (!w.requests[i].phase.empty()) phases[w.requests[i].phase].push_back(results[i]);
+          }
+          // A phase's wall time: its requests' end-to-end times (they run one after another).
+          auto phase_wall_s = [](const std::vector<StreamRun>& rs) {
+            double ms = 0;
+            for (const StreamRun& r : rs) ms += r.total_ms;
+            return ms / 1000.0;
+          };
+          for (const auto& [phase, rs] : phases) run["phases"][phase] = Summarize(rs, phase_wall_s(rs), o.ttft_slo_ms);
+          run["summary"] = w.headline_phase.empty()
+                               ? Summarize(results, wall_s, o.ttft_slo_ms)
+                               : Summarize(phases[w.headline_phase], phase_wall_s(phases[w.headline_phase]), o.ttft_slo_ms);
+          run["summary"]["peak_rss_bytes"] = std::max(peak_rss, srv->PeakRssBytes());
           run["requests"] = reqs;
           run["status"] = "ok";
           srv->Stop();
-          per_server[server].push_back(run["summary"]);
+          json kept = run["summary"];
+          if (run.contains("phases")) kept["phases"] = run["phases"];
+          per_server[server].push_back(kept);
           if (!texts.count(server)) {
             for (const StreamRun& r : results) texts[server].push_back(r.content);
           }
@@ -393,6 +458,14 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
                   {"prompt_tokens_reused", runs[0].value("prompt_tokens_reused", int64_t{0})},
                   {"prompt_tokens_recomputed", runs[0].value("prompt_tokens_recomputed", int64_t{0})},
                   {"peak_rss_bytes", runs[0].value("peak_rss_bytes", uint64_t{0})}};
+        if (!w.headline_phase.empty()) s["headline_phase"] = w.headline_phase;
+        if (runs[0].contains("phases")) {
+          for (const auto& [phase, _] : runs[0]["phases"].items()) {
+            std::vector<double> v;
+            for (const json& r : runs) v.push_back(r["phases"][phase].value("ttft_p50_ms", 0.0));
+            s["phases_ttft_p50_ms"][phase] = Median(v);
+          }
+        }
         if (texts.count("llama-matched") && server != "llama-matched" && texts.count(server)) {
           const auto& a = texts[server];
           const auto& b = texts["llama-matched"];

@@ -53,7 +53,8 @@ uint64_t Fnv1a(std::string_view s) {
 
 const std::vector<std::string>& WorkloadNames() {
   static const std::vector<std::string> kNames = {"exact-repeat", "shared-prefix", "interleaved-prefixes",
-                                                  "multi-turn",   "agent-loop",    "divergent-suffix"};
+                                                  "multi-turn",   "agent-loop",    "divergent-suffix",
+                                                  "restart"};
   return kNames;
 }
 
@@ -123,6 +124,21 @@ StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& 
       const size_t keep = static_cast<size_t>(frac * static_cast<double>(sentences.size()));
       add(StrCat("keep", static_cast<int>(frac * 100)),
           prefix_upto(keep) + " " + words.Paragraphs(o.long_prefix_words / 10) + "\nQuestion: " + words.Sentence(o.short_words) + "\nAnswer:");
+    }
+  } else if (name == "restart") {
+    w.description = StrCat(o.documents, " documents asked about, the server restarted, each asked again, then once more");
+    w.headline_phase = "after-restart";
+    std::vector<std::string> docs;
+    // ~2k tokens each at the default size (long_prefix_words 900).
+    for (int d = 0; d < o.documents; ++d) {
+      docs.push_back(StrCat("Document ", d, ": ", words.Paragraphs(o.long_prefix_words * 5 / 3), "\n"));
+    }
+    for (const char* phase : {"first", "after-restart", "warm"}) {
+      for (int d = 0; d < o.documents; ++d) {
+        add(StrCat("doc", d), docs[static_cast<size_t>(d)] + "Question: " + words.Sentence(o.short_words) + "\nAnswer:");
+        w.requests.back().phase = phase;
+        w.requests.back().restart_before = d == 0 && std::string_view(phase) == "after-restart";
+      }
     }
   } else {
     return absl::NotFoundError(StrCat("unknown workload '", name, "'; known: ", fmt::format("{}", fmt::join(WorkloadNames(), ", "))));

@@ -7,6 +7,8 @@
 //   multi-turn            several conversations growing turn by turn, interleaved
 //   agent-loop            a tool-call transcript that grows by one tool result per step
 //   divergent-suffix      a long stored prefix, then requests that share only part of it
+//   restart               long documents asked about, the server restarted, each asked again (its
+//                         headline is the phase after the restart), then once more warm
 //
 // Every request's prompt is fixed in advance (assistant turns are scripted, not generated), so both
 // servers see the same prompts and their greedy outputs can be compared request by request.
@@ -24,12 +26,17 @@ struct WorkloadRequest {
   std::string stream;  // conversation / document id, for reports
   std::string prompt;
   int n_predict = 8;
+  // The server is stopped (gracefully) and started again before this request.
+  bool restart_before = false;
+  std::string phase;  // "" or a phase of the workload ("first", "after-restart", "warm")
 };
 
 struct Workload {
   std::string name;
   std::string description;
   std::vector<WorkloadRequest> requests;
+  // The phase whose requests a run's summary covers ("": all requests).
+  std::string headline_phase;
 };
 
 struct WorkloadOptions {
@@ -45,7 +52,7 @@ struct WorkloadOptions {
   int n_predict = 8;
 };
 
-// The six workload names, in report order.
+// The workload names, in report order.
 const std::vector<std::string>& WorkloadNames();
 
 // NotFound (listing the names) for an unknown workload; InvalidArgument for non-positive sizes.
