@@ -6,7 +6,16 @@
 //   PayloadPut     PayloadStore::Put of fresh (non-duplicate) bytes, then release; GB/s
 //   PayloadPutDup  PayloadStore::Put of bytes already stored (hash + compare path); GB/s
 //   Memcpy         plain memcpy of the same bytes into a pre-faulted buffer; GB/s
+//   DiskTierRead/N DiskTier::Read of one N MiB entry (open, header check, read, XXH3-128 check); GB/s
+//   CatRead/N      the same entry file read to its end in 128 KiB reads, as cat does; GB/s
+//                  (both from the page cache; the directory: $SKIPPY_BENCH_DIR, else the temp dir)
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 
 #include <cstring>
 #include <map>
@@ -14,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "skippy/cache/disk_tier.h"
 #include "skippy/cache/payload_store.h"
 #include "skippy/cache/radix_index.h"
 #include "skippy/cache/resident_pool.h"
@@ -195,6 +205,78 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(n));
 }
 BENCHMARK(BM_Memcpy)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One entry of n MiB in a fresh disk tier directory, kept for the process's benchmarks of that size.
+struct DiskEntry {
+  ~DiskEntry() {
+    tier.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::filesystem::path dir;
+  std::unique_ptr<DiskTier> tier;
+  DiskHit hit;
+  std::string file;
+};
+
+DiskEntry* DiskEntryOf(size_t mib) {
+  static std::map<size_t, DiskEntry> entries;
+  if (auto it = entries.find(mib); it != entries.end()) return &it->second;
+  const char* base = std::getenv("SKIPPY_BENCH_DIR");
+  const std::filesystem::path dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
+                                    ("skippy-disk-bench-" + std::to_string(::getpid()) + "-" + std::to_string(mib));
+  std::filesystem::remove_all(dir);
+  DiskTierOptions o;
+  o.dir = dir.string();
+  o.max_bytes = uint64_t{4} << 30;
+  o.min_free_bytes = 0;
+  o.max_queued_bytes = uint64_t{4} << 30;
+  auto tier = DiskTier::Open(o, Scope().config);
+  if (!tier.ok()) return nullptr;
+  std::mt19937 rng(1);
+  DiskRecord r;
+  r.tokens = RandomTokens(rng, 2048);
+  r.classes = BatchClasses::Of(r.tokens.size(), {}, 2);
+  std::vector<std::byte> raw = RandomBytes(mib << 20);
+  std::vector<uint8_t> bytes(raw.size());
+  std::memcpy(bytes.data(), raw.data(), raw.size());
+  const std::vector<Token> tokens = r.tokens;
+  (*tier)->Put(std::move(r), std::move(bytes));
+  (*tier)->Flush();
+  auto hit = (*tier)->Lookup("", tokens);
+  if (!hit) return nullptr;
+  DiskEntry& e = entries[mib];
+  e.dir = dir;
+  e.tier = std::move(*tier);
+  e.hit = *hit;
+  for (const auto& f : std::filesystem::directory_iterator(dir / "entries")) e.file = f.path().string();
+  return &e;
+}
+
+void BM_DiskTierRead(benchmark::State& state) {
+  DiskEntry* e = DiskEntryOf(static_cast<size_t>(state.range(0)));
+  if (e == nullptr) return state.SkipWithError("no disk tier");
+  for (auto _ : state) {
+    auto bytes = e->tier->Read(e->hit);
+    if (!bytes.ok()) return state.SkipWithError("read failed");
+    benchmark::DoNotOptimize(bytes->data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(e->hit.file_bytes));
+}
+BENCHMARK(BM_DiskTierRead)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_CatRead(benchmark::State& state) {
+  DiskEntry* e = DiskEntryOf(static_cast<size_t>(state.range(0)));
+  if (e == nullptr) return state.SkipWithError("no disk tier");
+  std::vector<char> buf(128 << 10);
+  for (auto _ : state) {
+    const int fd = ::open(e->file.c_str(), O_RDONLY);
+    while (::read(fd, buf.data(), buf.size()) > 0) benchmark::ClobberMemory();
+    ::close(fd);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(e->hit.file_bytes));
+}
+BENCHMARK(BM_CatRead)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace skippy::cache

@@ -3,7 +3,10 @@
 // model files. A restored lane is compared with what a recompute of the same prefix holds.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 
@@ -351,6 +354,77 @@ TEST(Recorder, TierEvictionOfAPinnedEntryFreesItOnRelease) {
   EXPECT_TRUE(tier->CheckInvariants().ok());
   EXPECT_FALSE(core->Lookup(scope, a)->hit());
 }
+
+}  // namespace
+}  // namespace skippy::lane_cache
+
+namespace skippy::lane_cache {
+namespace {
+
+class DiskTierLanes : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("skippy-lane-disk-" + std::to_string(::getpid()) + "-" + std::to_string(static_cast<int>(GetParam())));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  LaneCacheOptions Options() const {
+    LaneCacheOptions o;
+    o.disk_dir = dir_.string();
+    o.disk_min_free_bytes = 0;
+    return o;
+  }
+  std::filesystem::path dir_;
+};
+
+// A second LaneCache on the same directory (a restarted server) restores what the first recorded,
+// from disk, and the lane holds what a recompute holds (RunJob checks the KV and recurrent state).
+TEST_P(DiskTierLanes, ANewCacheOnTheDirectoryRestoresFromDisk) {
+  const auto doc = Seq(1, 128);
+  const std::vector<size_t> ends = {128, 140};
+  {
+    FakeBackend b(GetParam());
+    auto c = Make(b, Options());
+    RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), ends);
+    c->FlushDisk();
+    EXPECT_GE(c->Stats().disk->writes, 1u);
+  }
+  FakeBackend b(GetParam());
+  auto c = Make(b, Options());
+  EXPECT_GE(c->Stats().disk->loaded_at_open, 1u);
+  const Ran again = RunJob(*c, b, 0, Cat(doc, Seq(600, 12)), ends);
+  EXPECT_EQ(again.start.miss_reason, "");
+  EXPECT_EQ(again.start.tier, "disk");
+  EXPECT_EQ(again.start.restored, 128u);
+  EXPECT_EQ(c->Stats().disk_hits, 1u);
+  // What came back from disk is a RAM entry now: another lane gets it from memory.
+  const Ran other = RunJob(*c, b, 1, Cat(doc, Seq(700, 12)), ends);
+  EXPECT_EQ(other.start.tier, "memory");
+  EXPECT_EQ(c->Stats().disk_hits, 1u);
+  ExpectConsistent(*c);
+}
+
+// Clear reaches the disk: a namespace cleared is not served after a restart either.
+TEST_P(DiskTierLanes, ClearRemovesTheNamespacesDiskEntries) {
+  const auto doc = Seq(1, 128);
+  const std::vector<size_t> ends = {128, 140};
+  {
+    FakeBackend b(GetParam());
+    auto c = Make(b, Options());
+    RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), ends, "tenant");
+    c->FlushDisk();
+    c->Clear(std::string("tenant"));
+    EXPECT_EQ(c->Stats().disk->entries, 0u);
+  }
+  FakeBackend b(GetParam());
+  auto c = Make(b, Options());
+  const Ran again = RunJob(*c, b, 0, Cat(doc, Seq(600, 12)), ends, "tenant");
+  EXPECT_NE(again.start.tier, "disk");
+  EXPECT_EQ(c->Stats().disk_hits, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DiskTierLanes, ::testing::Values(Kind::kDense, Kind::kSlidingWindow, Kind::kHybrid, Kind::kRecurrent));
 
 }  // namespace
 }  // namespace skippy::lane_cache

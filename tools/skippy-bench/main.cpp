@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
   prod->add_option("--correctness-bin", o.correctness_bin, "skippy-correctness binary")->capture_default_str();
   prod->add_flag("--borrow-resident-hits", o.borrow_resident_hits, "see skippy-correctness");
   prod->add_flag("--cache-decoded-result-hits", o.cache_decoded_result_hits, "see skippy-correctness");
+  prod->add_flag("--hits-from-disk", o.hits_from_disk,
+                 "Skippy's hits read back from a disk tier (skippy-correctness --hits-from-disk), so the certification "
+                 "covers the disk path");
   prod->add_option("--correctness-timeout-secs", o.correctness_timeout_secs, "per certification")->capture_default_str();
   prod->add_option("--server-startup-timeout-secs", o.server_startup_timeout_secs, "llama-server health wait")->capture_default_str();
   prod->add_option("--request-timeout-secs", o.request_timeout_secs, "per HTTP request")->capture_default_str();

@@ -142,6 +142,9 @@ int main(int argc, char** argv) {
   sh->add_flag("--borrow-resident-hits", o.borrow_resident_hits, "hits keep the shared prefix and roll back");
   sh->add_flag("--cache-decoded-result-hits", o.cache_decoded_result_hits, "hits answer from stored logits");
   sh->add_flag("--skip-suffix-prefill-check", o.skip_suffix_prefill_check, "skip the suffix check");
+  sh->add_option("--hits-from-disk", o.hits_from_disk_dir,
+                 "restore from the disk tier in this directory: the payload is written, the tier reopened, and every "
+                 "hit reads the file back (the directory's entries are replaced)");
   sh->add_flag("--allow-mismatch", allow_mismatch, "exit 0 on a mismatch (the report still says so)");
   BatchSplitArgs bs;
   CLI::App* bsc = app.add_subcommand("batch-split", "are logits independent of where prefill batches are cut?");

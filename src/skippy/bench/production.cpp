@@ -75,6 +75,7 @@ json Certify(const ProductionOptions& o, const std::string& model, const std::st
   argv.insert(argv.end(), {"--flash-attn", o.flash_attn ? "on" : "off"});
   if (o.borrow_resident_hits) argv.push_back("--borrow-resident-hits");
   if (o.cache_decoded_result_hits) argv.push_back("--cache-decoded-result-hits");
+  if (o.hits_from_disk) argv.insert(argv.end(), {"--hits-from-disk", (work / (tag + ".disk")).string()});
   fs::remove(log);
   auto proc = Subprocess::Start(argv, log.string());
   if (!proc.ok()) return {{"status", "error"}, {"error", std::string(proc.status().message())}};
@@ -100,7 +101,7 @@ json Settings(const ProductionOptions& o) {
           {"cache_hit_repeats", o.cache_hit_repeats},   {"llama_repeats", o.llama_repeats},
           {"n_predict", 1},               {"zoo_preset", o.model_dir.empty() ? o.zoo_preset : "real-gguf"},
           {"borrow_resident_hits", o.borrow_resident_hits},
-          {"cache_decoded_result_hits", o.cache_decoded_result_hits}};
+          {"cache_decoded_result_hits", o.cache_decoded_result_hits}, {"hits_from_disk", o.hits_from_disk}};
 }
 
 std::string MarkdownTable(const json& rows) {

@@ -33,6 +33,7 @@ struct ProductionOptions {
   std::string correctness_bin;
   bool borrow_resident_hits = false;
   bool cache_decoded_result_hits = false;
+  bool hits_from_disk = false;             // each certification's hits read from a disk tier (work dir)
   int correctness_timeout_secs = 300;
   int server_startup_timeout_secs = 60;
   int request_timeout_secs = 120;

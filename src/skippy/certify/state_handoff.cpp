@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "skippy/cache/disk_tier.h"
 #include "skippy/cache/payload_store.h"
 #include "skippy/certify/logits.h"
 #include "skippy/common/digest.h"
@@ -143,6 +144,11 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   if (o.borrow_resident_hits && kind != PayloadKind::kResidentKv) {
     return absl::InvalidArgumentError("--borrow-resident-hits applies to resident-kv only");
   }
+  const bool from_disk = !o.hits_from_disk_dir.empty();
+  if (from_disk && o.borrow_resident_hits) {
+    return absl::InvalidArgumentError("--hits-from-disk and --borrow-resident-hits exclude each other");
+  }
+  r["restore_source"] = from_disk ? "disk" : "memory";
 
   // 1. Tokens: prefix + continuation (the benchmark prompt) + suffix-check tokens after it.
   const int32_t n = o.prefix_token_count;
@@ -189,7 +195,43 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   cache::PutResult put;
   uint64_t state_bytes = 0;
   t0 = Clock::now();
-  if (kind == PayloadKind::kResidentKv) {
+  std::unique_ptr<cache::DiskTier> disk;
+  std::optional<cache::DiskHit> disk_hit;
+  if (from_disk) {
+    // The payload as the server's disk tier keeps it: written, the tier closed and opened again.
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, kind == PayloadKind::kResidentKv
+                                                            ? engine->ExportResident(src)
+                                                            : engine->ExportState(src, kind));
+    r["source_export_ms"] = MsSince(t0);
+    state_bytes = bytes.size();
+    cache::CacheConfigIdentity id;
+    id.model_id = engine->model_digest();
+    id.layer_end = 1;
+    id.llama_version = SKIPPY_LLAMA_COMMIT;
+    id.n_ctx = eff.n_ctx;
+    id.n_vocab = model.n_vocab();
+    id.position_config = "skippy-correctness state-handoff";
+    cache::DiskTierOptions dopt;
+    dopt.dir = o.hits_from_disk_dir;
+    dopt.min_free_bytes = 0;
+    cache::DiskRecord rec;
+    rec.tokens.assign(prefix.begin(), prefix.end());
+    rec.kind = kind;
+    rec.classes = cache::BatchClasses::Of(rec.tokens.size(), {}, 2);
+    {
+      SKIPPY_ASSIGN_OR_RETURN(std::unique_ptr<cache::DiskTier> writer, cache::DiskTier::Open(dopt, id));
+      (void)writer->Clear(std::nullopt);
+      if (!writer->Put(rec, std::move(bytes))) return absl::InternalError("the disk tier refused the payload");
+      writer->Flush();
+      if (writer->Stats().writes != 1) return absl::InternalError("the disk tier did not write the payload");
+    }
+    SKIPPY_ASSIGN_OR_RETURN(disk, cache::DiskTier::Open(dopt, id));
+    disk_hit = disk->Lookup("", rec.tokens);
+    if (!disk_hit || disk_hit->usable_tokens != static_cast<size_t>(n)) {
+      return absl::InternalError("the reopened disk tier does not hold the prefix");
+    }
+    r["disk_file_bytes"] = disk_hit->file_bytes;
+  } else if (kind == PayloadKind::kResidentKv) {
     SKIPPY_ASSIGN_OR_RETURN(resident, engine->RecordResident(src, n, cseq));
     r["source_export_ms"] = MsSince(t0);
     state_bytes = engine->StateBytes(cseq);
@@ -216,6 +258,11 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
 
   // What a hit costs: bring the payload into a lane (import), decode the continuation (decode).
   auto restore = [&](int32_t lane) -> Status {
+    if (from_disk) {
+      SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, disk->Read(*disk_hit));
+      return kind == PayloadKind::kResidentKv ? engine->ImportResident(bytes, lane, prefix)
+                                              : engine->ImportState(bytes, lane, kind);
+    }
     if (kind == PayloadKind::kResidentKv) return engine->RestoreResident(resident, lane, n);
     SKIPPY_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, store->Get(payload_id));
     return engine->ImportState(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), lane, kind);
@@ -300,7 +347,16 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
     r["state_memcpy_ms"] = Median(copy_ms);
   }
   json digest;
-  if (kind == PayloadKind::kResidentKv) {
+  if (from_disk) {
+    const cache::DiskTierStats ds = disk->Stats();
+    r["cache_storage_bytes"] = disk_hit->file_bytes;
+    r["cache_storage_method"] = "measured: the disk tier's entry file (header + payload)";
+    r["disk_reads"] = ds.hits;
+    r["disk_read_ms"] = ds.read_ms;
+    digest = {{"kinds", {{std::string(cache::PayloadKindName(kind)), state_bytes}}},
+              {"total_bytes", state_bytes}, {"blocks", json::array()}, {"unique_blocks", 0}, {"duplicate_blocks", 0},
+              {"note", "one file in the disk tier, XXH3-128 verified on every read"}};
+  } else if (kind == PayloadKind::kResidentKv) {
     r["cache_storage_bytes"] = state_bytes;
     r["cache_storage_method"] = "measured: llama_state_seq_get_size of the resident cache sequence";
     digest = {{"kinds", {{"resident-kv", state_bytes}}}, {"total_bytes", state_bytes}, {"blocks", json::array()},

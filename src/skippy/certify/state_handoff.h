@@ -50,6 +50,10 @@ struct StateHandoffOptions {
   bool borrow_resident_hits = false;
   bool cache_decoded_result_hits = false;
   bool skip_suffix_prefill_check = false;
+  // Hits from the disk tier: the exported payload (ResidentKv bytes too) is written to a
+  // cache::DiskTier in this directory, the tier is closed and opened again (a restart), and every
+  // restore reads the entry back from the file, verified. "" keeps payloads in RAM.
+  std::string hits_from_disk_dir;
   // Whole-model stage only; recorded in the report. A partial range is Unimplemented.
   std::optional<int32_t> layer_end, state_layer_start, state_layer_end, state_stage_index;
   std::string stage_load_mode = "full";

@@ -41,9 +41,10 @@ cache::CacheConfigIdentity IdentityOf(runtime::Engine& engine, uint32_t prefill_
   id.swa_full = eff.swa_full;
   id.n_ctx = eff.n_ctx;
   // Threads too: the CPU kernels split output columns by thread, and a column's kernel path can
-  // depend on where its chunk ends.
+  // depend on where its chunk ends. And the smallest exact batch: entries carry batch classes
+  // drawn with it (a disk entry must not be read by a server that draws them otherwise).
   id.position_config = StrCat("n_batch=", eff.n_batch, ";n_ubatch=", eff.n_ubatch, ";chunk=", prefill_chunk,
-                              ";threads=", eff.n_threads);
+                              ";threads=", eff.n_threads, ";min_exact_batch=", engine.MinExactBatch());
   id.n_vocab = model.n_vocab();
   id.token_start = 0;
   return id;
