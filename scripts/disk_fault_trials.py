@@ -77,7 +77,7 @@ def main():
     cmd = [a.server, "-m", a.model, "--port", str(port), "--cache-dir", cache_dir] + COMMON + extra
     result = {"model": os.path.basename(a.model), "flags": COMMON + extra, "seed": a.seed,
               "kill_trials": 0, "failed_starts": 0, "answers": 0, "wrong_answers": 0, "disk_hits": 0,
-              "kill_points": {"during-request": 0, "after-request": 0},
+              "kill_points": {"during-request": 0, "after-request": 0}, "torn_writes_found": 0,
               "corruption_trials": 0, "corruptions": {}, "corrupt_expected": 0, "corrupt_counted": 0,
               "corruption_wrong_answers": 0, "uncounted": []}
 
@@ -102,6 +102,8 @@ def main():
         if srv is None:
             continue
         result["kill_trials"] += 1
+        # What the last kill left: files cut short in tmp/ (torn writes), removed and counted at start.
+        result["torn_writes_found"] += serverproc.get(port, "/cache/stats")["disk"]["corrupt"]
         for prompt in rng.sample(prompts, rng.randint(1, 3)):
             check(port, prompt)
         # The kill: while one more request runs, or just after it (the disk tier still writing).

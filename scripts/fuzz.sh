@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of skippy's input parsers with libFuzzer (AddressSanitizer and
-# UndefinedBehaviorSanitizer on): request bodies (fuzz/request_fuzz.cc) and sequence-state bytes
-# (fuzz/state_fuzz.cc). Installs clang and its runtime from Debian if missing, builds the whole
+# UndefinedBehaviorSanitizer on): request bodies (fuzz/request_fuzz.cc), sequence-state bytes
+# (fuzz/state_fuzz.cc) and damaged disk tier entry files (fuzz/disk_entry_fuzz.cc). Installs clang and its runtime from Debian if missing, builds the whole
 # tree with clang into build-fuzz/ (llama.cpp itself is the cached GCC build, not instrumented),
 # then runs each target for SECONDS (default 600). New inputs go to build-fuzz/new-corpus/TARGET;
 # crashes to build-fuzz/crashes/TARGET/ and the script exits non-zero. Copy inputs worth keeping
 # into fuzz/corpus/TARGET: the test suite replays that corpus (label fuzz).
 #
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET ...]     (targets: request state; default: both)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET ...]     (targets: request state disk_entry; default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(request state)
+[ ${#targets[@]} -eq 0 ] && targets=(request state disk_entry)
 
 eval "$(SKIPPY_APT_EXTRA="clang-14 libclang-rt-14-dev" scripts/bootstrap.sh)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \

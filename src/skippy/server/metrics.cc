@@ -110,34 +110,40 @@ std::string Metrics::Render(const Gauges& g) const {
   StrAppend(&o, "skippy_cache_evictions_total ", g.cache_evictions, "\n");
   if (g.disk) {
     const cache::DiskTierStats& d = *g.disk;
-    head("skippy_disk_entries", "gauge", "Disk tier entries this configuration may serve.");
-    StrAppend(&o, "skippy_disk_entries ", d.entries, "\n");
-    head("skippy_disk_bytes", "gauge", "Bytes of the disk tier's entry files (every configuration's).");
-    StrAppend(&o, "skippy_disk_bytes ", d.bytes, "\n");
-    head("skippy_disk_capacity_bytes", "gauge", "The disk tier's byte cap.");
-    StrAppend(&o, "skippy_disk_capacity_bytes ", d.capacity_bytes, "\n");
-    head("skippy_disk_foreign_entries", "gauge", "Disk entries of another configuration: kept, never served.");
-    StrAppend(&o, "skippy_disk_foreign_entries ", d.foreign_entries, "\n");
-    head("skippy_disk_hits_total", "counter", "Disk entries read back and verified.");
-    StrAppend(&o, "skippy_disk_hits_total ", d.hits, "\n");
-    head("skippy_disk_misses_total", "counter", "Disk lookups without a usable entry, by reason.");
-    StrAppend(&o, "skippy_disk_misses_total{reason=\"never-seen\"} ", d.misses_never_seen, "\n");
-    StrAppend(&o, "skippy_disk_misses_total{reason=\"evicted\"} ", d.misses_evicted, "\n");
-    StrAppend(&o, "skippy_disk_misses_total{reason=\"gone\"} ", d.misses_gone, "\n");
-    head("skippy_disk_corrupt_total", "counter", "Disk entries removed because a check failed.");
-    StrAppend(&o, "skippy_disk_corrupt_total ", d.corrupt, "\n");
-    head("skippy_disk_writes_total", "counter", "Disk entries written, by outcome.");
-    StrAppend(&o, "skippy_disk_writes_total{outcome=\"written\"} ", d.writes, "\n");
-    StrAppend(&o, "skippy_disk_writes_total{outcome=\"skipped\"} ", d.write_skips, "\n");
-    StrAppend(&o, "skippy_disk_writes_total{outcome=\"dropped\"} ", d.write_drops, "\n");
-    StrAppend(&o, "skippy_disk_writes_total{outcome=\"error\"} ", d.write_errors, "\n");
-    StrAppend(&o, "skippy_disk_writes_total{outcome=\"no-space\"} ", d.no_space, "\n");
-    head("skippy_disk_evictions_total", "counter", "Disk entries removed for the byte cap.");
-    StrAppend(&o, "skippy_disk_evictions_total ", d.evictions, "\n");
-    head("skippy_disk_read_seconds_total", "counter", "Time spent reading and verifying disk entries.");
-    StrAppend(&o, "skippy_disk_read_seconds_total ", d.read_ms / 1000.0, "\n");
-    head("skippy_disk_write_seconds_total", "counter", "Time spent writing disk entries.");
-    StrAppend(&o, "skippy_disk_write_seconds_total ", d.write_ms / 1000.0, "\n");
+    struct Sample {
+      const char* name;
+      const char* type;
+      const char* help;
+      const char* label;  // "" or key="value"
+      double value;
+    };
+    const Sample samples[] = {
+        {"skippy_disk_entries", "gauge", "Disk tier entries this configuration may serve.", "", double(d.entries)},
+        {"skippy_disk_bytes", "gauge", "Bytes of the disk tier's entry files (every configuration's).", "", double(d.bytes)},
+        {"skippy_disk_capacity_bytes", "gauge", "The disk tier's byte cap.", "", double(d.capacity_bytes)},
+        {"skippy_disk_foreign_entries", "gauge", "Disk entries of another configuration: kept, never served.", "",
+         double(d.foreign_entries)},
+        {"skippy_disk_hits_total", "counter", "Disk entries read back and verified.", "", double(d.hits)},
+        {"skippy_disk_misses_total", "counter", "Disk lookups without a usable entry, by reason.",
+         "reason=\"never-seen\"", double(d.misses_never_seen)},
+        {"skippy_disk_misses_total", "", "", "reason=\"evicted\"", double(d.misses_evicted)},
+        {"skippy_disk_misses_total", "", "", "reason=\"gone\"", double(d.misses_gone)},
+        {"skippy_disk_corrupt_total", "counter", "Disk entries removed because a check failed.", "", double(d.corrupt)},
+        {"skippy_disk_writes_total", "counter", "Disk entries written, by outcome.", "outcome=\"written\"",
+         double(d.writes)},
+        {"skippy_disk_writes_total", "", "", "outcome=\"skipped\"", double(d.write_skips)},
+        {"skippy_disk_writes_total", "", "", "outcome=\"dropped\"", double(d.write_drops)},
+        {"skippy_disk_writes_total", "", "", "outcome=\"error\"", double(d.write_errors)},
+        {"skippy_disk_writes_total", "", "", "outcome=\"no-space\"", double(d.no_space)},
+        {"skippy_disk_evictions_total", "counter", "Disk entries removed for the byte cap.", "", double(d.evictions)},
+        {"skippy_disk_read_seconds_total", "counter", "Time spent reading and verifying disk entries.", "",
+         d.read_ms / 1000.0},
+        {"skippy_disk_write_seconds_total", "counter", "Time spent writing disk entries.", "", d.write_ms / 1000.0},
+    };
+    for (const Sample& m : samples) {
+      if (*m.type) head(m.name, m.type, m.help);
+      StrAppend(&o, m.name, *m.label ? StrCat("{", m.label, "}") : std::string(), " ", m.value, "\n");
+    }
   }
   head("skippy_lanes", "gauge", "Runtime lanes.");
   StrAppend(&o, "skippy_lanes ", g.lanes_total, "\n");
