@@ -3,7 +3,8 @@
 change an answer and never stop a start.
 
 Kill trials: a server on one cache directory answers a few prompts, then gets SIGKILL at a random
-moment (while a request runs, or just after one, while the disk tier is still writing); the next
+moment (anywhere within a request's duration, or just after one, while the disk tier may still be
+writing); the next
 trial starts a new server on the same directory. Every answer (greedy token ids and the
 log-probabilities of the top 2 tokens at every step) must equal a --no-cache server's, and every
 start must succeed.
@@ -81,8 +82,12 @@ def main():
               "corruption_trials": 0, "corruptions": {}, "corrupt_expected": 0, "corrupt_counted": 0,
               "corruption_wrong_answers": 0, "uncounted": []}
 
+    last_ms = [50.0]  # how long the last answer took: kills during a request land within it
+
     def check(p, prompt):
+        t0 = time.monotonic()
         got, sk = answer(p, prompt)
+        last_ms[0] = 1000 * (time.monotonic() - t0)
         result["answers"] += 1
         result["disk_hits"] += 1 if sk.get("cache_tier") == "disk" else 0
         if got != expected(prompt):
@@ -111,8 +116,8 @@ def main():
         during = rng.random() < 0.5
         t = threading.Thread(target=lambda: _swallow(lambda: answer(port, prompt)))
         t.start()
-        if during:
-            time.sleep(rng.uniform(0, 0.05))
+        if during:  # anywhere in the request: prefill, first token, the record, its write
+            time.sleep(rng.uniform(0, 1.3 * last_ms[0] / 1000))
         else:
             t.join()
             time.sleep(rng.uniform(0, 0.01))

@@ -26,7 +26,7 @@ def ensure_lmdb():
     if not os.path.exists(py):
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", "lmdb==1.4.1"], check=True)
-    if os.path.realpath(sys.executable) != os.path.realpath(py):
+    if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
         os.execv(py, [py] + sys.argv)
 
 

@@ -414,6 +414,12 @@ std::optional<DiskHit> DiskTier::Lookup(const std::string& ns, std::span<const T
 }
 
 StatusOr<std::vector<uint8_t>> DiskTier::Read(const DiskHit& hit) {
+  std::vector<uint8_t> out;
+  SKIPPY_RETURN_IF_ERROR(Read(hit, out));
+  return out;
+}
+
+Status DiskTier::Read(const DiskHit& hit, std::vector<uint8_t>& out) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string path;
   {
@@ -444,14 +450,21 @@ StatusOr<std::vector<uint8_t>> DiskTier::Read(const DiskHit& hit) {
   struct stat sb {};
   StatusOr<Header> h = absl::DataLossError("unreadable disk entry");
   if (::fstat(fd, &sb) == 0) h = ReadHeader(fd, static_cast<uint64_t>(sb.st_size));
-  std::vector<uint8_t> out;
   bool read_ok = h.ok();
   int err = 0;
+  Hash128Stream hash;
   if (read_ok) {
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a larger readahead window
+    // Read and hash in pieces, each hashed while it is still in cache.
+    constexpr size_t kPiece = size_t{256} << 10;
     out.resize(h->payload_len);
     const uint64_t at = static_cast<uint64_t>(sb.st_size) - h->payload_len;
-    read_ok = PreadAll(fd, reinterpret_cast<char*>(out.data()), out.size(), at);
-    err = errno;
+    for (size_t off = 0; read_ok && off < out.size(); off += kPiece) {
+      const size_t n = std::min(kPiece, out.size() - off);
+      read_ok = PreadAll(fd, reinterpret_cast<char*>(out.data() + off), n, at + off);
+      err = errno;
+      if (read_ok) hash.Update(std::as_bytes(std::span(out.data() + off, n)));
+    }
   }
   ::close(fd);
   if (!h.ok()) return fail(h.status(), true);
@@ -464,13 +477,11 @@ StatusOr<std::vector<uint8_t>> DiskTier::Read(const DiskHit& hit) {
       h->record.tokens != hit.record.tokens || h->record.kind != hit.record.kind) {
     return fail(absl::DataLossError("disk entry does not hold the prefix it was indexed as"), true);
   }
-  if (Hash128(std::as_bytes(std::span(out))) != h->payload_hash) {
-    return fail(absl::DataLossError("disk entry payload checksum mismatch"), true);
-  }
+  if (hash.Digest() != h->payload_hash) return fail(absl::DataLossError("disk entry payload checksum mismatch"), true);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.hits;
   stats_.read_ms += MsSince(t0);
-  return out;
+  return absl::OkStatus();
 }
 
 bool DiskTier::Put(DiskRecord record, std::vector<uint8_t> bytes) {

@@ -119,8 +119,12 @@ class DiskTier {
   // The longest usable prefix of `tokens` stored for `tenant_namespace`; reads no payload. Counts
   // a miss (by reason) when there is none; marks the entry used.
   std::optional<DiskHit> Lookup(const std::string& tenant_namespace, std::span<const Token> tokens);
-  // The entry's payload, verified. DataLoss (entry removed, counted corrupt) when the file does
-  // not hold what its header and checksum say; NotFound when it was removed since the Lookup.
+  // The entry's payload, verified, into `out` (resized to it; a caller that keeps `out` between
+  // reads keeps its pages, which is most of the cost of a read from the page cache). DataLoss
+  // (entry removed, counted corrupt) when the file does not hold what its header and checksum
+  // say; NotFound when it was removed since the Lookup. On error `out` holds nothing useful.
+  [[nodiscard]] Status Read(const DiskHit& hit, std::vector<uint8_t>& out);
+  // The same into a new vector.
   [[nodiscard]] StatusOr<std::vector<uint8_t>> Read(const DiskHit& hit);
 
   // Queues the entry for writing; false when it is dropped (counted) or already stored.

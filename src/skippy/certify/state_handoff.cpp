@@ -257,11 +257,12 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   r["recompute_total_ms"] = r["source_prefill_ms"].get<double>() + r["source_decode_ms"].get<double>();
 
   // What a hit costs: bring the payload into a lane (import), decode the continuation (decode).
+  std::vector<uint8_t> disk_buffer;
   auto restore = [&](int32_t lane) -> Status {
     if (from_disk) {
-      SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, disk->Read(*disk_hit));
-      return kind == PayloadKind::kResidentKv ? engine->ImportResident(bytes, lane, prefix)
-                                              : engine->ImportState(bytes, lane, kind);
+      SKIPPY_RETURN_IF_ERROR(disk->Read(*disk_hit, disk_buffer));
+      return kind == PayloadKind::kResidentKv ? engine->ImportResident(disk_buffer, lane, prefix)
+                                              : engine->ImportState(disk_buffer, lane, kind);
     }
     if (kind == PayloadKind::kResidentKv) return engine->RestoreResident(resident, lane, n);
     SKIPPY_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, store->Get(payload_id));

@@ -64,4 +64,16 @@ Hash128Value Hash128(std::span<const std::byte> bytes, uint64_t seed) {
   return {h.low64, h.high64};
 }
 
+Hash128Stream::Hash128Stream() : state_(XXH3_createState()) {
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+Hash128Stream::~Hash128Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void Hash128Stream::Update(std::span<const std::byte> bytes) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
+}
+Hash128Value Hash128Stream::Digest() const {
+  const XXH128_hash_t h = XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_));
+  return {h.low64, h.high64};
+}
+
 }  // namespace skippy

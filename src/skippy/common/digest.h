@@ -32,4 +32,19 @@ struct Hash128Value {
 };
 Hash128Value Hash128(std::span<const std::byte> bytes, uint64_t seed = 0);
 
+// Hash128 of bytes given in pieces (equal to Hash128 of their concatenation, seed 0): hashing each
+// piece right after it is read keeps it in cache.
+class Hash128Stream {
+ public:
+  Hash128Stream();
+  ~Hash128Stream();
+  Hash128Stream(const Hash128Stream&) = delete;
+  Hash128Stream& operator=(const Hash128Stream&) = delete;
+  void Update(std::span<const std::byte> bytes);
+  Hash128Value Digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
+
 }  // namespace skippy

@@ -38,12 +38,11 @@ std::optional<cache::EntryId> Restorer::PromoteFromDisk(const LaneJob& job, std:
   const std::optional<cache::DiskHit> hit = disk->Lookup(*tenant, key);
   // Worth a read only if it serves more rows, computed in this prompt's classes, than RAM or the lane.
   if (!hit || std::min(hit->usable_tokens, job.classes.AgreesUpTo(hit->record.classes)) <= have) return std::nullopt;
-  auto bytes = disk->Read(*hit);
-  if (!bytes.ok()) {
-    Warn("disk read", bytes.status());
+  if (Status s = disk->Read(*hit, disk_buffer_); !s.ok()) {
+    Warn("disk read", s);
     return std::nullopt;
   }
-  std::optional<cache::EntryId> id = recorder_.Adopt(job.scope, hit->record, *bytes);
+  std::optional<cache::EntryId> id = recorder_.Adopt(job.scope, hit->record, disk_buffer_);
   if (id) ++counters_.disk_hits;
   return id;
 }

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "skippy/cache/cache.h"
 #include "skippy/cache/payload_tier.h"
@@ -77,6 +78,7 @@ class Restorer {
   const EntryTable& entries_;
   Recorder& recorder_;
   LaneCacheCounters& counters_;
+  std::vector<uint8_t> disk_buffer_;  // disk reads land here (kept: its pages are most of a read's cost)
 };
 
 }  // namespace skippy::lane_cache
