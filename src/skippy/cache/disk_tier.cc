@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -235,6 +236,54 @@ StatusOr<Header> ReadHeader(int fd, uint64_t size) {
   return h;
 }
 
+// Reads out.size() bytes at `offset` into `out` in pieces and their XXH3-128 into `hash`; false on
+// a short read or an error (errno set). A large payload is hashed on a second thread as its pieces
+// arrive, each while it is still in cache: the copy from the kernel and the hash overlap.
+bool ReadHashed(int fd, uint64_t offset, std::vector<uint8_t>& out, Hash128Value& hash) {
+  constexpr size_t kPiece = size_t{256} << 10;
+  constexpr size_t kParallelFrom = size_t{4} << 20;
+  Hash128Stream stream;
+  auto piece = [&](size_t off) { return std::min(kPiece, out.size() - off); };
+  auto read = [&](size_t off) { return PreadAll(fd, reinterpret_cast<char*>(out.data() + off), piece(off), offset + off); };
+  if (out.size() < kParallelFrom) {
+    for (size_t off = 0; off < out.size(); off += kPiece) {
+      if (!read(off)) return false;
+      stream.Update(std::as_bytes(std::span(out.data() + off, piece(off))));
+    }
+    hash = stream.Digest();
+    return true;
+  }
+  constexpr size_t kFailed = ~size_t{0};
+  std::atomic<size_t> ready{0};  // bytes read so far, or kFailed
+  std::thread hasher([&] {
+    for (size_t off = 0; off < out.size();) {
+      size_t upto;
+      // Blocks (a futex), so a read from the device does not cost the other core a spin.
+      while ((upto = ready.load(std::memory_order_acquire)) <= off) ready.wait(upto, std::memory_order_acquire);
+      if (upto == kFailed) return;
+      stream.Update(std::as_bytes(std::span(out.data() + off, upto - off)));
+      off = upto;
+    }
+  });
+  bool ok = true;
+  int err = 0;
+  for (size_t off = 0; off < out.size(); off += kPiece) {
+    if (!read(off)) {
+      ok = false;
+      err = errno;
+      ready.store(kFailed, std::memory_order_release);
+      ready.notify_one();
+      break;
+    }
+    ready.store(off + piece(off), std::memory_order_release);
+    ready.notify_one();
+  }
+  hasher.join();
+  errno = err;
+  if (ok) hash = stream.Digest();
+  return ok;
+}
+
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -452,19 +501,13 @@ Status DiskTier::Read(const DiskHit& hit, std::vector<uint8_t>& out) {
   if (::fstat(fd, &sb) == 0) h = ReadHeader(fd, static_cast<uint64_t>(sb.st_size));
   bool read_ok = h.ok();
   int err = 0;
-  Hash128Stream hash;
+  Hash128Value payload_hash;
   if (read_ok) {
     (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a larger readahead window
-    // Read and hash in pieces, each hashed while it is still in cache.
-    constexpr size_t kPiece = size_t{256} << 10;
     out.resize(h->payload_len);
     const uint64_t at = static_cast<uint64_t>(sb.st_size) - h->payload_len;
-    for (size_t off = 0; read_ok && off < out.size(); off += kPiece) {
-      const size_t n = std::min(kPiece, out.size() - off);
-      read_ok = PreadAll(fd, reinterpret_cast<char*>(out.data() + off), n, at + off);
-      err = errno;
-      if (read_ok) hash.Update(std::as_bytes(std::span(out.data() + off, n)));
-    }
+    read_ok = ReadHashed(fd, at, out, payload_hash);
+    err = errno;
   }
   ::close(fd);
   if (!h.ok()) return fail(h.status(), true);
@@ -477,7 +520,7 @@ Status DiskTier::Read(const DiskHit& hit, std::vector<uint8_t>& out) {
       h->record.tokens != hit.record.tokens || h->record.kind != hit.record.kind) {
     return fail(absl::DataLossError("disk entry does not hold the prefix it was indexed as"), true);
   }
-  if (hash.Digest() != h->payload_hash) return fail(absl::DataLossError("disk entry payload checksum mismatch"), true);
+  if (payload_hash != h->payload_hash) return fail(absl::DataLossError("disk entry payload checksum mismatch"), true);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.hits;
   stats_.read_ms += MsSince(t0);
