@@ -85,7 +85,8 @@ struct Header {
   Hash128Value payload_hash;
 };
 
-std::string EncodeFile(const std::string& identity, const DiskRecord& r, std::span<const uint8_t> payload) {
+// The file up to its payload: prefix, header and the header's hash.
+std::string EncodeHead(const std::string& identity, const DiskRecord& r, std::span<const uint8_t> payload) {
   Writer h;
   h.Str(identity);
   h.Str(r.tenant_namespace);
@@ -110,7 +111,6 @@ std::string EncodeFile(const std::string& identity, const DiskRecord& r, std::sp
   f.U32(static_cast<uint32_t>(h.out().size()));
   f.out().append(h.out());
   f.U64(Hash64(std::as_bytes(std::span(f.out().data(), f.out().size()))));
-  f.Raw(payload.data(), payload.size());
   return std::move(f.out());
 }
 
@@ -574,8 +574,9 @@ void DiskTier::Write(Pending p) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(options_.dir);
   const DiskRecord& r = p.record;
-  std::string contents = EncodeFile(identity_encoding_, r, p.bytes);
-  p.bytes = {};
+  // Header and payload are written one after the other: the payload is not copied again.
+  const std::string head = EncodeHead(identity_encoding_, r, p.bytes);
+  const uint64_t file_bytes = head.size() + p.bytes.size();
   // Content-keyed name: the same prefix of the same identity always lands in the same file.
   Writer key;
   key.Str(identity_encoding_);
@@ -591,14 +592,14 @@ void DiskTier::Write(Pending p) {
       ++stats_.write_skips;
       return;
     }
-    if (!MakeRoom(contents.size())) {
+    if (!MakeRoom(file_bytes)) {
       ++stats_.write_drops;
       return;
     }
   }
   struct statvfs vfs {};
   if (::statvfs(options_.dir.c_str(), &vfs) == 0 &&
-      uint64_t{vfs.f_bavail} * vfs.f_frsize < contents.size() + options_.min_free_bytes) {
+      uint64_t{vfs.f_bavail} * vfs.f_frsize < file_bytes + options_.min_free_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.no_space;
     return;
@@ -606,7 +607,8 @@ void DiskTier::Write(Pending p) {
   const std::string tmp = (dir / "tmp" / StrCat(name, ".", ::getpid(), ".tmp")).string();
   const std::string final_path = (dir / "entries" / name).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && WriteAll(fd, contents.data(), contents.size()) && ::fdatasync(fd) == 0;
+  bool ok = fd >= 0 && WriteAll(fd, head.data(), head.size()) &&
+            WriteAll(fd, reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size()) && ::fdatasync(fd) == 0;
   if (fd >= 0) ::close(fd);
   ok = ok && ::rename(tmp.c_str(), final_path.c_str()) == 0 && SyncDir((dir / "entries").string()).ok();
   if (!ok) {
@@ -618,7 +620,7 @@ void DiskTier::Write(Pending p) {
   std::lock_guard<std::mutex> lock(mu_);
   EntryDesc desc;
   desc.kind = r.kind;
-  desc.bytes = contents.size();
+  desc.bytes = file_bytes;
   desc.exact_only = r.exact_only;
   desc.recompute_cost = static_cast<double>(r.tokens.size());
   auto id = Generation(r.tenant_namespace) == p.generation ? index_.Insert(ScopeOf(r.tenant_namespace), r.tokens, desc)
@@ -628,8 +630,8 @@ void DiskTier::Write(Pending p) {
     ++stats_.write_skips;
     return;
   }
-  stored_[*id] = Stored{name, r.tenant_namespace, contents.size(), r.exact_only, r.classes};
-  bytes_ += contents.size();
+  stored_[*id] = Stored{name, r.tenant_namespace, file_bytes, r.exact_only, r.classes};
+  bytes_ += file_bytes;
   ++stats_.writes;
   stats_.write_ms += MsSince(t0);
 }
