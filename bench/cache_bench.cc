@@ -217,7 +217,7 @@ struct DiskEntry {
   }
   std::filesystem::path dir;
   std::unique_ptr<DiskTier> tier;
-  DiskHit hit;
+  TierHit hit;
   std::string file;
 };
 
@@ -236,7 +236,7 @@ DiskEntry* DiskEntryOf(size_t mib) {
   auto tier = DiskTier::Open(o, Scope().config);
   if (!tier.ok()) return nullptr;
   std::mt19937 rng(1);
-  DiskRecord r;
+  PrefixRecord r;
   r.tokens = RandomTokens(rng, 2048);
   r.classes = BatchClasses::Of(r.tokens.size(), {}, 2);
   std::vector<std::byte> raw = RandomBytes(mib << 20);
@@ -276,7 +276,7 @@ void BM_DiskTierRead(benchmark::State& state) {
     if (!e->tier->Read(e->hit, out).ok()) return state.SkipWithError("read failed");
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(e->hit.file_bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(e->hit.stored_bytes));
 }
 BENCHMARK(BM_DiskTierRead)->ArgsProduct({{16, 64}, {0, 1}})->ArgNames({"MiB", "cold"})->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -291,7 +291,7 @@ void BM_CatRead(benchmark::State& state) {
     while (::read(fd, buf.data(), buf.size()) > 0) benchmark::ClobberMemory();
     ::close(fd);
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(e->hit.file_bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(e->hit.stored_bytes));
 }
 BENCHMARK(BM_CatRead)->ArgsProduct({{16, 64}, {0, 1}})->ArgNames({"MiB", "cold"})->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -51,7 +51,7 @@ const Golden& GetGolden() {
     {
       auto tier = DiskTier::Open(g.options, g.identity);
       if (!tier.ok()) std::abort();
-      skippy::cache::DiskRecord r;
+      skippy::cache::PrefixRecord r;
       r.tokens = g.tokens;
       r.classes = skippy::cache::BatchClasses::Of(r.tokens.size(), {}, 64);
       if (!(*tier)->Put(r, g.payload)) std::abort();

@@ -43,8 +43,11 @@ die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 #   libfmt-dev                     string formatting (messages, keys, tables)
 #   gnuplot-nox                    PNG charts in the benchmark report
 #   curl                           health checks in shell scripts
+#   libhiredis-dev                 Redis client for the shared cache tier (a fleet's replicas)
+#   redis-server                   the shared tier's store, started by the tests and benchmarks
 APT_PACKAGES=(cmake ninja-build g++ git libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev gnuplot-nox curl)
+  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev gnuplot-nox curl
+  libhiredis-dev redis-server)
 # shellcheck disable=SC2206  # a list of package names, split on spaces on purpose
 [ -n "${SKIPPY_APT_EXTRA:-}" ] && APT_PACKAGES+=(${SKIPPY_APT_EXTRA})
 

@@ -41,8 +41,8 @@ class DiskTierTest : public ::testing::Test {
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? std::move(*t) : nullptr;
   }
-  static DiskRecord Record(std::vector<Token> tokens, PayloadKind kind = PayloadKind::kResidentKv, std::string ns = "") {
-    DiskRecord r;
+  static PrefixRecord Record(std::vector<Token> tokens, PayloadKind kind = PayloadKind::kResidentKv, std::string ns = "") {
+    PrefixRecord r;
     r.tenant_namespace = std::move(ns);
     r.kind = kind;
     r.classes = BatchClasses::Of(tokens.size(), {}, 32);

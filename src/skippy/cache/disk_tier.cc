@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "skippy/cache/entry_codec.h"
 #include "skippy/common/digest.h"
 #include "skippy/common/strings.h"
 
@@ -22,152 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// File format, all integers little-endian (the host's; a big-endian host finds every header
-// foreign because the identity encoding does not match):
-//   "SKPYDSK1" u32 version u32 header_len | header (header_len bytes) | u64 XXH3-64 of all before
-//   | payload
-// header: str identity | str namespace | u8 kind | u8 exact_only | u64 n_tokens | i32 tokens[]
-//         | u64 min_long | u32 n_runs | (u64 begin, u64 end, u8 short)[] | u64 payload_len
-//         | u64 payload_xxh3_128.low | u64 .high
-constexpr std::string_view kMagic = "SKPYDSK1";
-constexpr uint32_t kVersion = 1;
-constexpr size_t kPrefixBytes = 8 + 4 + 4;
-constexpr size_t kHashBytes = 8;
-constexpr uint32_t kMaxHeaderBytes = 64u << 20;
+// File: an entry head (entry_codec.h) and then the payload.
+constexpr EntryFormat kFormat{"SKPYDSK1", 1, /*with_blocks=*/false};
 constexpr std::string_view kSuffix = ".skc";
-
-class Writer {
- public:
-  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) { Raw(&v, 4); }
-  void U64(uint64_t v) { Raw(&v, 8); }
-  void Str(std::string_view s) {
-    U32(static_cast<uint32_t>(s.size()));
-    out_.append(s);
-  }
-  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
-  std::string& out() { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool U8(uint8_t& v) { return Raw(&v, 1); }
-  bool U32(uint32_t& v) { return Raw(&v, 4); }
-  bool U64(uint64_t& v) { return Raw(&v, 8); }
-  bool Str(std::string& s) {
-    uint32_t n = 0;
-    if (!U32(n) || n > in_.size() - at_) return false;
-    s.assign(in_.substr(at_, n));
-    at_ += n;
-    return true;
-  }
-  bool Raw(void* p, size_t n) {
-    if (n > in_.size() - at_) return false;
-    std::memcpy(p, in_.data() + at_, n);
-    at_ += n;
-    return true;
-  }
-  size_t left() const { return in_.size() - at_; }
-
- private:
-  std::string_view in_;
-  size_t at_ = 0;
-};
-
-struct Header {
-  std::string identity;
-  DiskRecord record;
-  uint64_t payload_len = 0;
-  Hash128Value payload_hash;
-};
-
-// The file up to its payload: prefix, header and the header's hash.
-std::string EncodeHead(const std::string& identity, const DiskRecord& r, std::span<const uint8_t> payload) {
-  Writer h;
-  h.Str(identity);
-  h.Str(r.tenant_namespace);
-  h.U8(static_cast<uint8_t>(r.kind));
-  h.U8(r.exact_only ? 1 : 0);
-  h.U64(r.tokens.size());
-  h.Raw(r.tokens.data(), r.tokens.size() * sizeof(Token));
-  h.U64(r.classes.min_long());
-  h.U32(static_cast<uint32_t>(r.classes.runs().size()));
-  for (const BatchClasses::Run& run : r.classes.runs()) {
-    h.U64(run.begin);
-    h.U64(run.end);
-    h.U8(run.short_rows ? 1 : 0);
-  }
-  h.U64(payload.size());
-  const Hash128Value ph = Hash128(std::as_bytes(payload));
-  h.U64(ph.low);
-  h.U64(ph.high);
-  Writer f;
-  f.Raw(kMagic.data(), kMagic.size());
-  f.U32(kVersion);
-  f.U32(static_cast<uint32_t>(h.out().size()));
-  f.out().append(h.out());
-  f.U64(Hash64(std::as_bytes(std::span(f.out().data(), f.out().size()))));
-  return std::move(f.out());
-}
-
-// Parses the fixed prefix: the header's length. DataLoss when it is not a Skippy entry.
-StatusOr<uint32_t> ParsePrefix(std::string_view prefix) {
-  Reader r(prefix);
-  char magic[8];
-  uint32_t version = 0, header_len = 0;
-  if (!r.Raw(magic, 8) || std::string_view(magic, 8) != kMagic || !r.U32(version) || !r.U32(header_len)) {
-    return absl::DataLossError("not a Skippy disk entry");
-  }
-  if (version != kVersion) return absl::DataLossError(StrCat("entry format version ", version));
-  if (header_len > kMaxHeaderBytes) return absl::DataLossError("header too large");
-  return header_len;
-}
-
-// `head`: the prefix, the header and its hash.
-StatusOr<Header> ParseHeader(std::string_view head) {
-  if (head.size() < kPrefixBytes + kHashBytes) return absl::DataLossError("short header");
-  const std::string_view covered = head.substr(0, head.size() - kHashBytes);
-  uint64_t want = 0;
-  std::memcpy(&want, head.data() + covered.size(), kHashBytes);
-  if (Hash64(std::as_bytes(std::span(covered.data(), covered.size()))) != want) {
-    return absl::DataLossError("header checksum mismatch");
-  }
-  Reader r(covered.substr(kPrefixBytes));
-  Header h;
-  uint8_t kind = 0, exact = 0;
-  uint64_t n_tokens = 0, min_long = 0;
-  uint32_t n_runs = 0;
-  if (!r.Str(h.identity) || !r.Str(h.record.tenant_namespace) || !r.U8(kind) || !r.U8(exact) ||
-      !r.U64(n_tokens) || n_tokens == 0 || n_tokens > r.left() / sizeof(Token)) {
-    return absl::DataLossError("bad header");
-  }
-  if (kind >= kPayloadKindCount) return absl::DataLossError("bad payload kind");
-  h.record.kind = static_cast<PayloadKind>(kind);
-  h.record.exact_only = exact != 0;
-  h.record.tokens.resize(n_tokens);
-  if (!r.Raw(h.record.tokens.data(), n_tokens * sizeof(Token)) || !r.U64(min_long) || !r.U32(n_runs) ||
-      n_runs > r.left() / 17) {
-    return absl::DataLossError("bad header");
-  }
-  std::vector<BatchClasses::Run> runs(n_runs);
-  for (BatchClasses::Run& run : runs) {
-    uint64_t b = 0, e = 0;
-    uint8_t s = 0;
-    if (!r.U64(b) || !r.U64(e) || !r.U8(s)) return absl::DataLossError("bad header");
-    run = {static_cast<size_t>(b), static_cast<size_t>(e), s != 0};
-  }
-  auto classes = BatchClasses::FromRuns(n_tokens, min_long, std::move(runs));
-  if (!classes.ok()) return absl::DataLossError(std::string(classes.status().message()));
-  h.record.classes = std::move(*classes);
-  if (!r.U64(h.payload_len) || !r.U64(h.payload_hash.low) || !r.U64(h.payload_hash.high) || r.left() != 0) {
-    return absl::DataLossError("bad header");
-  }
-  return h;
-}
 
 Status ErrnoStatus(int err, const std::string& what) {
   const std::string msg = StrCat(what, ": ", std::strerror(err));
@@ -219,17 +77,17 @@ Status SyncDir(const std::string& dir) {
 }
 
 // Reads the header of an open entry file of `size` bytes.
-StatusOr<Header> ReadHeader(int fd, uint64_t size) {
-  std::string prefix(kPrefixBytes, '\0');
-  if (size < kPrefixBytes + kHashBytes || !PreadAll(fd, prefix.data(), prefix.size(), 0)) {
+StatusOr<EntryHead> ReadHeader(int fd, uint64_t size) {
+  std::string prefix(kEntryPrefixBytes, '\0');
+  if (size < kEntryPrefixBytes + kEntryHashBytes || !PreadAll(fd, prefix.data(), prefix.size(), 0)) {
     return absl::DataLossError("truncated entry");
   }
-  SKIPPY_ASSIGN_OR_RETURN(const uint32_t header_len, ParsePrefix(prefix));
-  const uint64_t head_len = kPrefixBytes + uint64_t{header_len} + kHashBytes;
+  SKIPPY_ASSIGN_OR_RETURN(const uint32_t header_len, ParseEntryPrefix(kFormat, prefix));
+  const uint64_t head_len = kEntryPrefixBytes + uint64_t{header_len} + kEntryHashBytes;
   if (head_len > size) return absl::DataLossError("truncated entry");
   std::string head(head_len, '\0');
   if (!PreadAll(fd, head.data(), head.size(), 0)) return absl::DataLossError("truncated entry");
-  SKIPPY_ASSIGN_OR_RETURN(Header h, ParseHeader(head));
+  SKIPPY_ASSIGN_OR_RETURN(EntryHead h, ParseEntryHead(kFormat, head));
   if (head_len + h.payload_len != size) {
     return absl::DataLossError(StrCat("entry is ", size, " bytes, its header says ", head_len + h.payload_len));
   }
@@ -384,7 +242,7 @@ Status DiskTier::Load() {
     fs::file_time_type mtime;
     std::string file;
     uint64_t size = 0;
-    std::optional<Header> header;  // nullopt: foreign
+    std::optional<EntryHead> header;  // nullopt: foreign
   };
   std::vector<Found> found;
   for (const auto& f : fs::directory_iterator(dir / "entries", ec)) {
@@ -393,7 +251,7 @@ Status DiskTier::Load() {
     if (!f.is_regular_file(st) || !name.ends_with(kSuffix)) continue;
     const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
     struct stat sb {};
-    StatusOr<Header> h = absl::DataLossError("unreadable entry");
+    StatusOr<EntryHead> h = absl::DataLossError("unreadable entry");
     if (fd >= 0 && ::fstat(fd, &sb) == 0) h = ReadHeader(fd, static_cast<uint64_t>(sb.st_size));
     if (fd >= 0) ::close(fd);
     if (h.ok() && h->identity == identity_encoding_ && !ValidateTokens(identity_, h->record.tokens).ok()) {
@@ -421,7 +279,7 @@ Status DiskTier::Load() {
       foreign_.push_back({f.file, f.size});
       continue;
     }
-    const DiskRecord& r = f.header->record;
+    const PrefixRecord& r = f.header->record;
     EntryDesc desc;
     desc.kind = r.kind;
     desc.bytes = f.size;
@@ -440,7 +298,7 @@ Status DiskTier::Load() {
   return absl::OkStatus();
 }
 
-std::optional<DiskHit> DiskTier::Lookup(const std::string& ns, std::span<const Token> tokens) {
+std::optional<TierHit> DiskTier::Lookup(const std::string& ns, std::span<const Token> tokens) {
   if (tokens.empty()) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   const LookupResult r = index_.Lookup(ScopeOf(ns), tokens, /*pin=*/false);
@@ -450,10 +308,10 @@ std::optional<DiskHit> DiskTier::Lookup(const std::string& ns, std::span<const T
   }
   auto it = stored_.find(r.match->entry.id);
   if (it == stored_.end()) return std::nullopt;
-  DiskHit hit;
+  TierHit hit;
   hit.entry = r.match->entry.id;
   hit.usable_tokens = r.match->usable_tokens;
-  hit.file_bytes = it->second.file_bytes;
+  hit.stored_bytes = it->second.file_bytes;
   hit.record.tenant_namespace = ns;
   hit.record.tokens = index_.TokensOf(hit.entry);
   hit.record.kind = r.match->entry.desc.kind;
@@ -462,13 +320,7 @@ std::optional<DiskHit> DiskTier::Lookup(const std::string& ns, std::span<const T
   return hit;
 }
 
-StatusOr<std::vector<uint8_t>> DiskTier::Read(const DiskHit& hit) {
-  std::vector<uint8_t> out;
-  SKIPPY_RETURN_IF_ERROR(Read(hit, out));
-  return out;
-}
-
-Status DiskTier::Read(const DiskHit& hit, std::vector<uint8_t>& out) {
+Status DiskTier::Read(const TierHit& hit, std::vector<uint8_t>& out) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string path;
   {
@@ -497,7 +349,7 @@ Status DiskTier::Read(const DiskHit& hit, std::vector<uint8_t>& out) {
     return fail(ErrnoStatus(err, "open " + path), false);
   }
   struct stat sb {};
-  StatusOr<Header> h = absl::DataLossError("unreadable disk entry");
+  StatusOr<EntryHead> h = absl::DataLossError("unreadable disk entry");
   if (::fstat(fd, &sb) == 0) h = ReadHeader(fd, static_cast<uint64_t>(sb.st_size));
   bool read_ok = h.ok();
   int err = 0;
@@ -527,7 +379,7 @@ Status DiskTier::Read(const DiskHit& hit, std::vector<uint8_t>& out) {
   return absl::OkStatus();
 }
 
-bool DiskTier::Put(DiskRecord record, std::vector<uint8_t> bytes) {
+bool DiskTier::Put(PrefixRecord record, std::vector<uint8_t> bytes) {
   if (record.tokens.empty() || bytes.empty()) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -573,18 +425,13 @@ void DiskTier::WriterLoop() {
 void DiskTier::Write(Pending p) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(options_.dir);
-  const DiskRecord& r = p.record;
+  const PrefixRecord& r = p.record;
   // Header and payload are written one after the other: the payload is not copied again.
-  const std::string head = EncodeHead(identity_encoding_, r, p.bytes);
+  const std::string head = EncodeEntryHead(
+      kFormat, EntryHead{identity_encoding_, r, p.bytes.size(), Hash128(std::as_bytes(std::span(p.bytes))), {}});
   const uint64_t file_bytes = head.size() + p.bytes.size();
   // Content-keyed name: the same prefix of the same identity always lands in the same file.
-  Writer key;
-  key.Str(identity_encoding_);
-  key.Str(r.tenant_namespace);
-  key.U8(static_cast<uint8_t>(r.kind));
-  key.Raw(r.tokens.data(), r.tokens.size() * sizeof(Token));
-  const Hash128Value kh = Hash128(std::as_bytes(std::span(key.out().data(), key.out().size())));
-  const std::string name = fmt::format("{:016x}{:016x}{}", kh.high, kh.low, kSuffix);
+  const std::string name = StrCat(HexOf(EntryKey(identity_encoding_, r)), kSuffix);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Generation(r.tenant_namespace) != p.generation ||

@@ -48,6 +48,7 @@
 #include "skippy/cache/batch_classes.h"
 #include "skippy/cache/payload_kind.h"
 #include "skippy/cache/prefix_identity.h"
+#include "skippy/cache/prefix_tier.h"
 #include "skippy/cache/radix_index.h"
 #include "skippy/common/status.h"
 
@@ -60,23 +61,6 @@ struct DiskTierOptions {
   uint64_t max_queued_bytes = uint64_t{256} << 20; // payload bytes waiting for the writer
 
   [[nodiscard]] Status Validate() const;
-};
-
-// What an entry says about its prefix, besides its bytes.
-struct DiskRecord {
-  std::string tenant_namespace;
-  std::vector<Token> tokens;
-  PayloadKind kind = PayloadKind::kResidentKv;
-  bool exact_only = false;
-  BatchClasses classes;  // of the entry's rows (classes.size() == tokens.size())
-};
-
-// A Lookup's answer: enough to decide whether to read it.
-struct DiskHit {
-  uint64_t entry = 0;         // the tier's handle for Read
-  size_t usable_tokens = 0;   // prefix length it serves for the request
-  DiskRecord record;          // of the whole entry
-  uint64_t file_bytes = 0;
 };
 
 struct DiskTierStats {
@@ -104,7 +88,7 @@ struct DiskTierStats {
   double write_ms = 0;           // total time writing entries
 };
 
-class DiskTier {
+class DiskTier final : public PrefixTier {
  public:
   // Creates DIR (and its subdirectories) if needed, takes its lock and rebuilds the index.
   // InvalidArgument for bad options or identity; FailedPrecondition when another process holds
@@ -116,31 +100,21 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  // The longest usable prefix of `tokens` stored for `tenant_namespace`; reads no payload. Counts
-  // a miss (by reason) when there is none; marks the entry used.
-  std::optional<DiskHit> Lookup(const std::string& tenant_namespace, std::span<const Token> tokens);
-  // The entry's payload, verified, into `out` (resized to it; a caller that keeps `out` between
-  // reads keeps its pages, which is most of the cost of a read from the page cache). DataLoss
-  // (entry removed, counted corrupt) when the file does not hold what its header and checksum
-  // say; NotFound when it was removed since the Lookup. On error `out` holds nothing useful.
-  [[nodiscard]] Status Read(const DiskHit& hit, std::vector<uint8_t>& out);
-  // The same into a new vector.
-  [[nodiscard]] StatusOr<std::vector<uint8_t>> Read(const DiskHit& hit);
-
-  // Queues the entry for writing; false when it is dropped (counted) or already stored.
-  // REQUIRES: record.tokens is not empty and lies in the vocabulary; bytes is not empty.
-  bool Put(DiskRecord record, std::vector<uint8_t> bytes);
-  // Waits until every queued write is done.
-  void Flush();
-  // Removes the entries of one tenant namespace (all when nullopt), queued ones included;
-  // returns how many were removed.
-  size_t Clear(const std::optional<std::string>& tenant_namespace);
+  // PrefixTier. Lookup marks the entry used (LRU); Read checks that the file still holds the
+  // entry looked up and verifies its payload.
+  std::string_view Name() const override { return "disk"; }
+  std::optional<TierHit> Lookup(const std::string& tenant_namespace, std::span<const Token> tokens) override;
+  using PrefixTier::Read;
+  [[nodiscard]] Status Read(const TierHit& hit, std::vector<uint8_t>& out) override;
+  bool Put(PrefixRecord record, std::vector<uint8_t> bytes) override;
+  void Flush() override;
+  size_t Clear(const std::optional<std::string>& tenant_namespace) override;
 
   DiskTierStats Stats() const;
 
  private:
   struct Pending {
-    DiskRecord record;
+    PrefixRecord record;
     std::vector<uint8_t> bytes;
     uint64_t generation = 0;  // of its namespace when queued (Clear raises it)
   };

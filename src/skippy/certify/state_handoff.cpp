@@ -196,7 +196,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   uint64_t state_bytes = 0;
   t0 = Clock::now();
   std::unique_ptr<cache::DiskTier> disk;
-  std::optional<cache::DiskHit> disk_hit;
+  std::optional<cache::TierHit> disk_hit;
   if (from_disk) {
     // The payload as the server's disk tier keeps it: written, the tier closed and opened again.
     SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, kind == PayloadKind::kResidentKv
@@ -214,7 +214,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
     cache::DiskTierOptions dopt;
     dopt.dir = o.hits_from_disk_dir;
     dopt.min_free_bytes = 0;
-    cache::DiskRecord rec;
+    cache::PrefixRecord rec;
     rec.tokens.assign(prefix.begin(), prefix.end());
     rec.kind = kind;
     rec.classes = cache::BatchClasses::Of(rec.tokens.size(), {}, 2);
@@ -230,7 +230,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
     if (!disk_hit || disk_hit->usable_tokens != static_cast<size_t>(n)) {
       return absl::InternalError("the reopened disk tier does not hold the prefix");
     }
-    r["disk_file_bytes"] = disk_hit->file_bytes;
+    r["disk_file_bytes"] = disk_hit->stored_bytes;
   } else if (kind == PayloadKind::kResidentKv) {
     SKIPPY_ASSIGN_OR_RETURN(resident, engine->RecordResident(src, n, cseq));
     r["source_export_ms"] = MsSince(t0);
@@ -350,7 +350,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   json digest;
   if (from_disk) {
     const cache::DiskTierStats ds = disk->Stats();
-    r["cache_storage_bytes"] = disk_hit->file_bytes;
+    r["cache_storage_bytes"] = disk_hit->stored_bytes;
     r["cache_storage_method"] = "measured: the disk tier's entry file (header + payload)";
     r["disk_reads"] = ds.hits;
     r["disk_read_ms"] = ds.read_ms;

@@ -80,7 +80,7 @@ std::optional<std::string> Recorder::DiskNamespace(const cache::PrefixScope& sco
   return tenant_of_(scope.cache_namespace);
 }
 
-std::optional<cache::EntryId> Recorder::Adopt(const cache::PrefixScope& scope, const cache::DiskRecord& record,
+std::optional<cache::EntryId> Recorder::Adopt(const cache::PrefixScope& scope, const cache::PrefixRecord& record,
                                               std::span<const uint8_t> bytes) {
   return Store(scope, record.tokens, record.kind, bytes, record.exact_only, record.classes, /*persist=*/false);
 }
@@ -121,7 +121,7 @@ std::optional<cache::EntryId> Recorder::Store(const cache::PrefixScope& scope, s
   }
   if (persist) {
     if (std::optional<std::string> tenant = DiskNamespace(scope)) {
-      cache::DiskRecord record{std::move(*tenant), std::vector<Token>(tokens.begin(), tokens.end()), kind, exact_only,
+      cache::PrefixRecord record{std::move(*tenant), std::vector<Token>(tokens.begin(), tokens.end()), kind, exact_only,
                                entry.classes};
       (void)disk_->Put(std::move(record), std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }

@@ -78,7 +78,7 @@ class Recorder {
 
   // An entry read back from the disk tier becomes a RAM entry again (not written back); its id,
   // or nullopt when the cache core has no room or the entry is already in RAM.
-  std::optional<cache::EntryId> Adopt(const cache::PrefixScope& scope, const cache::DiskRecord& record,
+  std::optional<cache::EntryId> Adopt(const cache::PrefixScope& scope, const cache::PrefixRecord& record,
                                       std::span<const uint8_t> bytes);
   // The disk tier (nullptr without one) and the tenant namespace `scope` is kept under there.
   cache::DiskTier* disk() const { return disk_; }

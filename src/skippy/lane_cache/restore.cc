@@ -35,7 +35,7 @@ std::optional<cache::EntryId> Restorer::PromoteFromDisk(const LaneJob& job, std:
     have = std::max(have, ram->match->usable_tokens);
     if (have >= key.size()) return std::nullopt;
   }
-  const std::optional<cache::DiskHit> hit = disk->Lookup(*tenant, key);
+  const std::optional<cache::TierHit> hit = disk->Lookup(*tenant, key);
   // Worth a read only if it serves more rows, computed in this prompt's classes, than RAM or the lane.
   if (!hit || std::min(hit->usable_tokens, job.classes.AgreesUpTo(hit->record.classes)) <= have) return std::nullopt;
   if (Status s = disk->Read(*hit, disk_buffer_); !s.ok()) {
