@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 
+#include "../support/redis_server.h"
 #include "fake_backend.h"
 #include "skippy/cache/payload_store.h"
 #include "skippy/lane_cache/lane_cache.h"
@@ -387,7 +388,7 @@ TEST_P(DiskTierLanes, ANewCacheOnTheDirectoryRestoresFromDisk) {
     FakeBackend b(GetParam());
     auto c = Make(b, Options());
     RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), ends);
-    c->FlushDisk();
+    c->FlushTiers();
     EXPECT_GE(c->Stats().disk->writes, 1u);
   }
   FakeBackend b(GetParam());
@@ -413,7 +414,7 @@ TEST_P(DiskTierLanes, ClearRemovesTheNamespacesDiskEntries) {
     FakeBackend b(GetParam());
     auto c = Make(b, Options());
     RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), ends, "tenant");
-    c->FlushDisk();
+    c->FlushTiers();
     c->Clear(std::string("tenant"));
     EXPECT_EQ(c->Stats().disk->entries, 0u);
   }
@@ -425,6 +426,99 @@ TEST_P(DiskTierLanes, ClearRemovesTheNamespacesDiskEntries) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DiskTierLanes, ::testing::Values(Kind::kDense, Kind::kSlidingWindow, Kind::kHybrid, Kind::kRecurrent));
+
+}  // namespace
+}  // namespace skippy::lane_cache
+
+namespace skippy::lane_cache {
+namespace {
+
+using skippy::testing::RedisServer;
+
+class SharedTierLanes : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    redis_ = RedisServer::Start();
+    ASSERT_NE(redis_, nullptr);
+  }
+  LaneCacheOptions Options() const {
+    LaneCacheOptions o;
+    cache::SharedTierOptions s;
+    s.port = redis_->port();
+    s.password = RedisServer::kPassword;
+    o.shared = s;
+    return o;
+  }
+  std::unique_ptr<RedisServer> redis_;
+};
+
+// Two replicas on one Redis: what the first records, the second restores from the shared tier,
+// and its lane holds what a recompute holds (RunJob checks the KV and recurrent state). Tenants
+// stay apart across replicas.
+TEST_P(SharedTierLanes, AnotherReplicaRestoresFromTheSharedTier) {
+  const auto doc = Seq(1, 128);
+  const std::vector<size_t> ends = {128, 140};
+  FakeBackend b1(GetParam());
+  auto first = Make(b1, Options());
+  RunJob(*first, b1, 0, Cat(doc, Seq(500, 12)), ends, "tenant-a");
+  first->FlushTiers();
+  EXPECT_GE(first->Stats().shared->writes, 1u);
+
+  FakeBackend b2(GetParam());
+  auto second = Make(b2, Options());
+  EXPECT_GE(second->Stats().shared->loaded_at_open, 1u);
+  const Ran other_tenant = RunJob(*second, b2, 0, Cat(doc, Seq(600, 12)), ends, "tenant-b");
+  EXPECT_NE(other_tenant.start.tier, "shared");
+  const Ran again = RunJob(*second, b2, 1, Cat(doc, Seq(600, 12)), ends, "tenant-a");
+  EXPECT_EQ(again.start.miss_reason, "");
+  EXPECT_EQ(again.start.tier, "shared");
+  EXPECT_EQ(again.start.restored, 128u);
+  EXPECT_EQ(second->Stats().shared_hits, 1u);
+  ExpectConsistent(*second);
+}
+
+// With a disk and a shared tier, an entry read from Redis is written to the local disk too, so a
+// restart of this replica finds it on disk without Redis; and Redis down is a plain miss.
+TEST_P(SharedTierLanes, ASharedHitIsKeptOnDiskAndRedisDownIsAMiss) {
+  const auto doc = Seq(1, 128);
+  const std::vector<size_t> ends = {128, 140};
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("skippy-lane-shared-" + std::to_string(::getpid()) + "-" + std::to_string(static_cast<int>(GetParam())));
+  std::filesystem::remove_all(dir);
+  {
+    FakeBackend b1(GetParam());
+    auto first = Make(b1, Options());
+    RunJob(*first, b1, 0, Cat(doc, Seq(500, 12)), ends);
+    first->FlushTiers();
+  }
+  LaneCacheOptions o = Options();
+  o.disk_dir = dir.string();
+  o.disk_min_free_bytes = 0;
+  {
+    FakeBackend b(GetParam());
+    auto c = Make(b, o);
+    const Ran ran = RunJob(*c, b, 0, Cat(doc, Seq(600, 12)), ends);
+    EXPECT_EQ(ran.start.tier, "shared");
+    c->FlushTiers();
+    EXPECT_GE(c->Stats().disk->writes, 1u);
+  }
+  redis_->Kill();
+  {
+    FakeBackend b(GetParam());
+    auto c = Make(b, o);
+    const Ran ran = RunJob(*c, b, 0, Cat(doc, Seq(700, 12)), ends);
+    EXPECT_EQ(ran.start.tier, "disk");
+  }
+  LaneCacheOptions shared_only = Options();
+  FakeBackend b(GetParam());
+  auto c = Make(b, shared_only);
+  const Ran ran = RunJob(*c, b, 0, Cat(doc, Seq(800, 12)), ends);
+  EXPECT_NE(ran.start.miss_reason, "");
+  EXPECT_EQ(c->Stats().shared_hits, 0u);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SharedTierLanes, ::testing::Values(Kind::kDense, Kind::kSlidingWindow, Kind::kHybrid, Kind::kRecurrent));
 
 }  // namespace
 }  // namespace skippy::lane_cache

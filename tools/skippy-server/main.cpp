@@ -8,10 +8,12 @@
 // flags.
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +73,18 @@ int main(int argc, char** argv) {
                  "eviction or a restart (one server per directory; default: none)");
   app.add_option("--cache-disk-gib", o.cache_disk_gib, "byte cap of the disk tier, GiB")
       ->capture_default_str()->check(CLI::Range(0.0001, 1e6));
+  std::string shared_redis, shared_password_file;
+  app.add_option("--shared-redis", shared_redis,
+                 "shared tier: cached prefixes are also written to the Redis (or Valkey) server at HOST:PORT and "
+                 "read from it when RAM and the disk serve less, so replicas of one model share them (default: none)");
+  app.add_option("--shared-redis-password-file", shared_password_file,
+                 "file whose first line is the Redis password (or set SKIPPY_REDIS_PASSWORD)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--shared-key-prefix", o.shared_key_prefix, "prefix of every key the shared tier writes")
+      ->capture_default_str();
+  app.add_option("--shared-timeout-ms", o.shared_timeout_ms,
+                 "deadline of each Redis round trip; past it the request recomputes")
+      ->capture_default_str()->check(CLI::Range(1, 60000));
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--exact-min-batch", o.min_exact_batch,
                  "smallest prefill batch of the long class (default: 64 with flash attention on, 2 off); for builds "
@@ -140,6 +154,27 @@ int main(int argc, char** argv) {
   if (o.record_tail == 1) {
     std::fprintf(stderr, "skippy-server: --cache-record-tail must be 0 or at least 2 (a one-row batch is a class of its own)\n");
     return 2;
+  }
+  if (!shared_redis.empty()) {
+    const size_t colon = shared_redis.rfind(':');
+    int port = 0;
+    const std::string port_text = colon == std::string::npos ? "" : shared_redis.substr(colon + 1);
+    const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (colon == 0 || colon == std::string::npos || ec != std::errc() || end != port_text.data() + port_text.size() ||
+        port < 1 || port > 65535) {
+      std::fprintf(stderr, "skippy-server: --shared-redis must be HOST:PORT, got '%s'\n", shared_redis.c_str());
+      return 2;
+    }
+    o.shared_host = shared_redis.substr(0, colon);
+    o.shared_port = port;
+    if (const char* env = std::getenv("SKIPPY_REDIS_PASSWORD")) o.shared_password = env;
+    if (!shared_password_file.empty()) {
+      std::ifstream in(shared_password_file);
+      if (!in || !std::getline(in, o.shared_password)) {
+        std::fprintf(stderr, "skippy-server: cannot read %s\n", shared_password_file.c_str());
+        return 2;
+      }
+    }
   }
   for (const std::string& k : api_keys) {
     const size_t colon = k.find(':');

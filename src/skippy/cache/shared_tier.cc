@@ -115,7 +115,9 @@ class RedisLink {
       const redisReply* r = replies.back().get();
       if (r->type == REDIS_REPLY_ERROR && IsAuthError(StrOf(r))) {
         Close();
-        return absl::PermissionDeniedError(StrCat("redis ", o_.Endpoint(), ": ", StrOf(r)));
+        retry_at_ = Clock::now() + std::chrono::milliseconds(o_.retry_ms);
+        last_error_ = std::string(StrOf(r));
+        return absl::PermissionDeniedError(StrCat("redis ", o_.Endpoint(), " refused the password: ", StrOf(r)));
       }
     }
     return replies;
@@ -166,15 +168,16 @@ StatusOr<std::unique_ptr<SharedTier>> SharedTier::Open(const SharedTierOptions& 
   std::unique_ptr<SharedTier> tier(new SharedTier(options, identity));
   {
     std::lock_guard<std::mutex> lock(tier->read_mu_);
-    if (Status s = tier->read_link_->Ensure(options.timeout_ms); absl::IsPermissionDenied(s)) return s;
-  }
-  if (Status s = tier->Resync(); absl::IsPermissionDenied(s)) return s;
-  {
-    std::lock_guard<std::mutex> lock(tier->mu_);
-    tier->stats_.loaded_at_open = tier->known_.size();
+    // A refused or missing password is a configuration error; an unreachable Redis is not.
+    if (auto s = tier->read_link_->Run({{"PING"}}); absl::IsPermissionDenied(s.status())) return s.status();
   }
   tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
   tier->events_ = std::thread([t = tier.get()] { t->EventLoop(); });
+  // Returns once the subscriber has subscribed and built the mirror (or failed to: Redis down),
+  // so no entry stored after Open returns is missed. Each step has its deadline.
+  std::unique_lock<std::mutex> lock(tier->mu_);
+  tier->entries_cv_.wait(lock, [&] { return tier->first_sync_done_; });
+  tier->stats_.loaded_at_open = tier->known_.size();
   return tier;
 }
 
@@ -586,7 +589,7 @@ void SharedTier::EventLoop() {
     return stop_;
   };
   while (!stopping()) {
-    Status s = link.Ensure(/*command_timeout_ms=*/0);  // no deadline: it waits for events
+    Status s = link.Ensure(/*command_timeout_ms=*/0);
     if (s.ok()) {
       std::lock_guard<std::mutex> lock(event_mu_);
       event_fd_ = link.context()->fd;
@@ -597,13 +600,22 @@ void SharedTier::EventLoop() {
     const size_t lens[] = {9, channel.size()};
     void* raw = nullptr;
     s.Update(link.context() == nullptr ? absl::UnavailableError("no connection") : absl::OkStatus());
-    if (s.ok() && (raw = redisCommandArgv(link.context(), 2, argv, lens)) == nullptr) {
+    if (s.ok()) (void)redisSetTimeout(link.context(), Timeval(options_.timeout_ms));  // the reply has a deadline
+    if (s.ok() && ((raw = redisCommandArgv(link.context(), 2, argv, lens)) == nullptr ||
+                   static_cast<redisReply*>(raw)->type == REDIS_REPLY_ERROR)) {
       s = absl::UnavailableError("subscribe failed");
     }
     if (raw != nullptr) freeReplyObject(raw);
     // Subscribed first, then rebuilt: an event sent in between is not lost. A rebuild that
     // fails means the mirror may be stale: reconnect and rebuild again.
     if (s.ok()) s = Resync();
+    if (s.ok()) (void)redisSetTimeout(link.context(), timeval{0, 0});  // events: wait without a deadline
+    connected_ = s.ok();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first_sync_done_ = true;
+    }
+    entries_cv_.notify_all();
     while (s.ok()) {
       raw = nullptr;
       if (redisGetReply(link.context(), &raw) != REDIS_OK || raw == nullptr) break;
@@ -614,6 +626,7 @@ void SharedTier::EventLoop() {
       std::lock_guard<std::mutex> lock(event_mu_);
       event_fd_ = -1;
     }
+    connected_ = false;
     link.Close();
     std::unique_lock<std::mutex> lock(event_mu_);
     event_cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_ms), [&] {
@@ -635,7 +648,7 @@ SharedTierStats SharedTier::Stats() const {
     s = stats_;
     s.entries = known_.size();
   }
-  s.connected = read_link_->connected();
+  s.connected = connected_.load();
   return s;
 }
 

@@ -13,8 +13,9 @@
 //                    and no tenant's entry can name another tenant's blocks
 //   P:I:ev           pub/sub channel: "S KEY" stored, "R KEY" removed, "C N" or "C *" cleared
 //
-// Each replica keeps a mirror of identity I's manifests (a RadixIndex, no payloads): built at Open
-// and after each reconnect from P:I:set, kept current by the channel's events. Lookup therefore
+// Each replica keeps a mirror of identity I's manifests (a RadixIndex, no payloads): built from
+// P:I:set once subscribed to the channel (Open waits for that) and after each reconnect, and kept
+// current by the channel's events. Lookup therefore
 // never touches the network. Read fetches the manifest and every block in one pipelined round
 // trip, checks that the manifest is still the one looked up and verifies each block's XXH3-128;
 // a missing or corrupt block, or a manifest that names another identity, is a miss that removes
@@ -37,6 +38,7 @@
 // writer and the event thread each use their own connection.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -73,7 +75,7 @@ struct SharedTierOptions {
 
 struct SharedTierStats {
   std::string endpoint;
-  bool connected = false;        // the read connection is up now
+  bool connected = false;        // subscribed to the replicas' events, mirror current
   size_t entries = 0;            // this identity's manifests in the mirror
   size_t loaded_at_open = 0;
   uint64_t hits = 0;             // Reads that verified
@@ -182,6 +184,9 @@ class SharedTier final : public PrefixTier {
   bool writing_ = false;
   bool stop_ = false;
   std::thread writer_;
+
+  bool first_sync_done_ = false;          // the subscriber's first attempt is over (Open waits for it)
+  std::atomic<bool> connected_{false};     // subscribed, and the mirror rebuilt since
 
   std::mutex event_mu_;
   int event_fd_ = -1;                      // the subscriber's socket, shut down to stop it

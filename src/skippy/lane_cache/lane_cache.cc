@@ -41,17 +41,31 @@ StatusOr<std::unique_ptr<LaneCache>> LaneCache::Create(const LaneCacheOptions& o
     d.min_free_bytes = o.disk_min_free_bytes;
     SKIPPY_ASSIGN_OR_RETURN(disk, cache::DiskTier::Open(d, facts.identity));
   }
-  return std::unique_ptr<LaneCache>(new LaneCache(o, backend, std::move(core), std::move(tier), std::move(disk)));
+  std::unique_ptr<cache::SharedTier> shared;
+  if (o.enabled && o.shared) {
+    SKIPPY_ASSIGN_OR_RETURN(shared, cache::SharedTier::Open(*o.shared, facts.identity));
+  }
+  return std::unique_ptr<LaneCache>(
+      new LaneCache(o, backend, std::move(core), std::move(tier), std::move(disk), std::move(shared)));
+}
+
+std::vector<cache::PrefixTier*> LaneCache::Tiers() const {
+  std::vector<cache::PrefixTier*> out;
+  if (disk_) out.push_back(disk_.get());
+  if (shared_) out.push_back(shared_.get());
+  return out;
 }
 
 LaneCache::LaneCache(const LaneCacheOptions& o, LaneBackend& backend, std::unique_ptr<cache::Cache> core,
-                     std::unique_ptr<cache::PayloadTier> tier, std::unique_ptr<cache::DiskTier> disk)
+                     std::unique_ptr<cache::PayloadTier> tier, std::unique_ptr<cache::DiskTier> disk,
+                     std::unique_ptr<cache::SharedTier> shared)
     : options_(o),
       backend_(backend),
       cache_(std::move(core)),
       tier_(std::move(tier)),
       disk_(std::move(disk)),
-      recorder_(backend, *cache_, *tier_, entries_, counters_, disk_.get(),
+      shared_(std::move(shared)),
+      recorder_(backend, *cache_, *tier_, entries_, counters_, Tiers(),
                 [this](const std::string& cache_namespace) { return TenantOf(cache_namespace); }),
       restorer_(backend, *cache_, *tier_, entries_, recorder_, counters_),
       jobs_(backend.facts().lane_count),
@@ -172,7 +186,7 @@ size_t LaneCache::Clear(const std::optional<std::string>& ns) {
   }
   size_t erased = 0;
   for (cache::EntryId id : entries_.InNamespace(scope_ns)) erased += recorder_.Erase(id) ? 1 : 0;
-  if (disk_) (void)disk_->Clear(ns);  // the same prefixes: not counted twice
+  for (cache::PrefixTier* t : Tiers()) (void)t->Clear(ns);  // the same prefixes: not counted twice
   return erased;
 }
 
@@ -191,12 +205,14 @@ LaneCacheStats LaneCache::Stats() const {
   s.lane_hits = counters_.lane_hits.load();
   s.recurrent_onto_hits = counters_.recurrent_onto_hits.load();
   s.disk_hits = counters_.disk_hits.load();
+  s.shared_hits = counters_.shared_hits.load();
   if (disk_) s.disk = disk_->Stats();
+  if (shared_) s.shared = shared_->Stats();
   return s;
 }
 
-void LaneCache::FlushDisk() {
-  if (disk_) disk_->Flush();
+void LaneCache::FlushTiers() {
+  for (cache::PrefixTier* t : Tiers()) t->Flush();
 }
 
 }  // namespace skippy::lane_cache

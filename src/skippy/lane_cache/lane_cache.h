@@ -24,9 +24,11 @@
 // check). tests/server compares outputs and log-probabilities with --no-cache per family, flash
 // attention on and off.
 //
-// With options.disk_dir, a disk tier (cache::DiskTier) under the RAM: every entry is written
-// through to it, and a prompt RAM serves less of than the disk reads the disk entry back, so
-// prefixes outlive RAM evictions and restarts (docs/DESIGN.md, "The disk tier").
+// With options.disk_dir, a disk tier (cache::DiskTier) under the RAM, and with options.shared a
+// shared tier (cache::SharedTier, Redis) under that: every entry is written through to both, and a
+// prompt RAM serves less of than a tier reads that tier's entry back, so prefixes outlive RAM
+// evictions and restarts, and replicas of one model share them (docs/DESIGN.md, "The disk tier",
+// "The shared tier").
 //
 // Recording is best effort (a full cache, an existing entry or a failed export skips it). Namespaces:
 // a scope's cache_namespace is the tenant namespace plus clear epochs, so Clear(namespace) makes
@@ -46,6 +48,7 @@
 
 #include "skippy/cache/cache.h"
 #include "skippy/cache/disk_tier.h"
+#include "skippy/cache/shared_tier.h"
 #include "skippy/cache/payload_tier.h"
 #include "skippy/lane_cache/entry_table.h"
 #include "skippy/lane_cache/lane_backend.h"
@@ -65,14 +68,15 @@ struct JobStart {
   std::shared_ptr<const cache::DecodedResult> decoded;
   std::string miss_reason;  // "" on a hit: cache-disabled, short-prompt, never-seen, evicted, ...
   std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
-  std::string tier;         // "lane", "memory" or "disk" on a hit
+  std::string tier;         // "lane", "memory", "disk" or "shared" on a hit
   std::vector<size_t> chunk_ends;  // where each prefill batch ends, ascending, last == prompt size
 };
 
 class LaneCache {
  public:
-  // InvalidArgument for a bad configuration identity or options; the disk tier's errors (a
-  // directory in use or not writable) as DiskTier::Open gives them. `backend` outlives the cache.
+  // InvalidArgument for a bad configuration identity or options; the disk and shared tiers' errors
+  // (a directory in use or not writable, a password Redis refuses) as their Open gives them.
+  // `backend` outlives the cache.
   [[nodiscard]] static StatusOr<std::unique_ptr<LaneCache>> Create(const LaneCacheOptions& options,
                                                                    LaneBackend& backend);
   // The caller's injected tier (a disk or shared tier, or a small memory tier in tests).
@@ -96,12 +100,14 @@ class LaneCache {
   size_t PrefillChunk() const;
   const FamilyStrategy& strategy() const { return *strategy_; }
   LaneCacheStats Stats() const;
-  // Waits until every entry queued for the disk tier is written (tests, shutdown).
-  void FlushDisk();
+  // Waits until every entry queued for the disk and shared tiers is written (tests, shutdown).
+  void FlushTiers();
 
  private:
   LaneCache(const LaneCacheOptions& options, LaneBackend& backend, std::unique_ptr<cache::Cache> cache,
-            std::unique_ptr<cache::PayloadTier> tier, std::unique_ptr<cache::DiskTier> disk);
+            std::unique_ptr<cache::PayloadTier> tier, std::unique_ptr<cache::DiskTier> disk,
+            std::unique_ptr<cache::SharedTier> shared);
+  std::vector<cache::PrefixTier*> Tiers() const;
   cache::PrefixScope Scope(const std::string& tenant_namespace) const;
   // The tenant namespace of a scope's cache_namespace, if no Clear came since (Recorder::TenantOf).
   std::optional<std::string> TenantOf(const std::string& cache_namespace) const;
@@ -118,7 +124,8 @@ class LaneCache {
   LaneCacheCounters counters_;
   std::unique_ptr<cache::Cache> cache_;
   std::unique_ptr<cache::PayloadTier> tier_;
-  std::unique_ptr<cache::DiskTier> disk_;  // outlives the recorder that writes to it
+  std::unique_ptr<cache::DiskTier> disk_;      // both outlive the recorder that writes to them
+  std::unique_ptr<cache::SharedTier> shared_;
   EntryTable entries_;
   Recorder recorder_;
   Restorer restorer_;

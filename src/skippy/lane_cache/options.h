@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "skippy/cache/shared_tier.h"
 
 namespace skippy::lane_cache {
 
@@ -35,6 +38,11 @@ struct LaneCacheOptions {
   std::string disk_dir;
   uint64_t disk_bytes = uint64_t{8} << 30;
   uint64_t disk_min_free_bytes = uint64_t{256} << 20;
+
+  // The shared tier (cache::SharedTier on Redis): entries are written through to it and read
+  // back when neither RAM nor the disk serve as much, so replicas of one model share prefixes.
+  // nullopt for none; not opened while the cache is off.
+  std::optional<cache::SharedTierOptions> shared;
 };
 
 }  // namespace skippy::lane_cache

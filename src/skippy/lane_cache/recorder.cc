@@ -75,19 +75,19 @@ void Recorder::Decoded(const cache::PrefixScope& scope, std::span<const Token> p
   if (Status s = cache_.PutDecoded(DecodedScope(scope, classes), prompt, logits); !s.ok()) Warn("decoded result", s);
 }
 
-std::optional<std::string> Recorder::DiskNamespace(const cache::PrefixScope& scope) const {
-  if (disk_ == nullptr || !tenant_of_) return std::nullopt;
+std::optional<std::string> Recorder::TierNamespace(const cache::PrefixScope& scope) const {
+  if (tiers_.empty() || !tenant_of_) return std::nullopt;
   return tenant_of_(scope.cache_namespace);
 }
 
 std::optional<cache::EntryId> Recorder::Adopt(const cache::PrefixScope& scope, const cache::PrefixRecord& record,
-                                              std::span<const uint8_t> bytes) {
-  return Store(scope, record.tokens, record.kind, bytes, record.exact_only, record.classes, /*persist=*/false);
+                                              std::span<const uint8_t> bytes, const cache::PrefixTier* from) {
+  return Store(scope, record.tokens, record.kind, bytes, record.exact_only, record.classes, from);
 }
 
 std::optional<cache::EntryId> Recorder::Store(const cache::PrefixScope& scope, std::span<const Token> tokens,
                                               PayloadKind kind, std::span<const uint8_t> bytes, bool exact_only,
-                                              const cache::BatchClasses& classes, bool persist) {
+                                              const cache::BatchClasses& classes, const cache::PrefixTier* from) {
   cache::RecordRequest rq;
   rq.kind = kind;
   rq.bytes = bytes.size();
@@ -119,11 +119,12 @@ std::optional<cache::EntryId> Recorder::Store(const cache::PrefixScope& scope, s
   if (kind == PayloadKind::kKvRecurrent && backend_.facts().hybrid_memory) {
     if (auto at = backend_.RecurrentOffset(bytes); at.ok()) entry.recurrent_offset = *at;
   }
-  if (persist) {
-    if (std::optional<std::string> tenant = DiskNamespace(scope)) {
-      cache::PrefixRecord record{std::move(*tenant), std::vector<Token>(tokens.begin(), tokens.end()), kind, exact_only,
-                               entry.classes};
-      (void)disk_->Put(std::move(record), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  if (std::optional<std::string> tenant = TierNamespace(scope)) {
+    for (cache::PrefixTier* t : tiers_) {
+      if (t == from) continue;
+      cache::PrefixRecord record{*tenant, std::vector<Token>(tokens.begin(), tokens.end()), kind, exact_only,
+                                 entry.classes};
+      (void)t->Put(std::move(record), std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }
   }
   entries_.Add(*id, std::move(entry));

@@ -2,9 +2,10 @@
 // payload in the tier (exported through the backend), an entry in the cache core (radix index +
 // caps) and a row in the EntryTable, made or dropped together.
 //
-// With a disk tier, every entry recorded is also queued for the disk (write-through: it is there
-// when RAM evicts it and after a restart), under its tenant namespace, unless a Clear of that
-// namespace came after the job began. Entries read back from the disk (Adopt) are not written again.
+// With tiers keyed by prefix below RAM (disk, shared), every entry recorded is also queued for
+// each of them (write-through: it is there when RAM evicts it, after a restart, and for the other
+// replicas), under its tenant namespace, unless a Clear of that namespace came after the job
+// began. An entry read back from one tier (Adopt) is written to the others only.
 //
 // Recording is best effort: a full cache, an existing entry or a failed export skips the record
 // (counted as record_skips; the request is still served). Entries the cache core evicts for its
@@ -23,7 +24,7 @@
 
 #include "skippy/cache/batch_classes.h"
 #include "skippy/cache/cache.h"
-#include "skippy/cache/disk_tier.h"
+#include "skippy/cache/prefix_tier.h"
 #include "skippy/cache/payload_tier.h"
 #include "skippy/lane_cache/entry_table.h"
 #include "skippy/lane_cache/lane_backend.h"
@@ -47,13 +48,13 @@ class Recorder {
   using TenantOf = std::function<std::optional<std::string>(const std::string& cache_namespace)>;
 
   Recorder(LaneBackend& backend, cache::Cache& cache, cache::PayloadTier& tier, EntryTable& entries,
-           LaneCacheCounters& counters, cache::DiskTier* disk = nullptr, TenantOf tenant_of = nullptr)
+           LaneCacheCounters& counters, std::vector<cache::PrefixTier*> tiers = {}, TenantOf tenant_of = nullptr)
       : backend_(backend),
         cache_(cache),
         tier_(tier),
         entries_(entries),
         counters_(counters),
-        disk_(disk),
+        tiers_(std::move(tiers)),
         tenant_of_(std::move(tenant_of)) {}
 
   // ResidentKv: exports the lane's KV as the entry of `prompt`. Skipped unless the lane holds
@@ -76,13 +77,14 @@ class Recorder {
   void Decoded(const cache::PrefixScope& scope, std::span<const Token> prompt, const cache::BatchClasses& classes,
                const std::vector<float>& logits);
 
-  // An entry read back from the disk tier becomes a RAM entry again (not written back); its id,
-  // or nullopt when the cache core has no room or the entry is already in RAM.
+  // An entry read back from tier `from` becomes a RAM entry again (and is queued for the other
+  // tiers); its id, or nullopt when the cache core has no room or the entry is already in RAM.
   std::optional<cache::EntryId> Adopt(const cache::PrefixScope& scope, const cache::PrefixRecord& record,
-                                      std::span<const uint8_t> bytes);
-  // The disk tier (nullptr without one) and the tenant namespace `scope` is kept under there.
-  cache::DiskTier* disk() const { return disk_; }
-  std::optional<std::string> DiskNamespace(const cache::PrefixScope& scope) const;
+                                      std::span<const uint8_t> bytes, const cache::PrefixTier* from);
+  // The tiers below RAM, nearest first (disk, then shared), and the tenant namespace `scope` is
+  // kept under there (nullopt when a Clear came since the scope was made).
+  const std::vector<cache::PrefixTier*>& tiers() const { return tiers_; }
+  std::optional<std::string> TierNamespace(const cache::PrefixScope& scope) const;
 
   // Drops the pin a Lookup took; frees the entry if it was erased meanwhile.
   void Release(cache::EntryId id);
@@ -92,11 +94,11 @@ class Recorder {
   void Free(const cache::EntryInfo& info);
 
  private:
-  // Stores `bytes` as the entry of `tokens` (and queues it for the disk when `persist`); its id,
-  // nullopt if not recorded.
+  // Stores `bytes` as the entry of `tokens` and queues it for every tier below RAM but `from`;
+  // its id, nullopt if not recorded.
   std::optional<cache::EntryId> Store(const cache::PrefixScope& scope, std::span<const Token> tokens,
                                       cache::PayloadKind kind, std::span<const uint8_t> bytes, bool exact_only,
-                                      const cache::BatchClasses& classes, bool persist = true);
+                                      const cache::BatchClasses& classes, const cache::PrefixTier* from = nullptr);
   void Count(bool recorded);
   // PayloadTier::OnEvict: the tier dropped `payload` for its cap.
   void PayloadEvicted(cache::PayloadId payload);
@@ -106,7 +108,7 @@ class Recorder {
   cache::PayloadTier& tier_;
   EntryTable& entries_;
   LaneCacheCounters& counters_;
-  cache::DiskTier* const disk_;
+  const std::vector<cache::PrefixTier*> tiers_;
   const TenantOf tenant_of_;
 };
 

@@ -25,26 +25,42 @@ RestoreOutcome Restorer::Miss(int32_t lane, std::string reason, size_t branch) {
   return out;
 }
 
-std::optional<cache::EntryId> Restorer::PromoteFromDisk(const LaneJob& job, std::span<const Token> key,
-                                                         size_t have) {
-  cache::DiskTier* disk = recorder_.disk();
-  if (disk == nullptr || key.size() <= have) return std::nullopt;
-  const std::optional<std::string> tenant = recorder_.DiskNamespace(job.scope);
+std::optional<Restorer::Promoted> Restorer::PromoteFromTiers(const LaneJob& job, std::span<const Token> key,
+                                                              size_t have) {
+  const std::vector<cache::PrefixTier*>& tiers = recorder_.tiers();
+  if (tiers.empty() || key.size() <= have) return std::nullopt;
+  const std::optional<std::string> tenant = recorder_.TierNamespace(job.scope);
   if (!tenant) return std::nullopt;
   if (auto ram = cache_.Peek(job.scope, key); ram.ok() && ram->match) {
     have = std::max(have, ram->match->usable_tokens);
     if (have >= key.size()) return std::nullopt;
   }
-  const std::optional<cache::TierHit> hit = disk->Lookup(*tenant, key);
-  // Worth a read only if it serves more rows, computed in this prompt's classes, than RAM or the lane.
-  if (!hit || std::min(hit->usable_tokens, job.classes.AgreesUpTo(hit->record.classes)) <= have) return std::nullopt;
-  if (Status s = disk->Read(*hit, disk_buffer_); !s.ok()) {
-    Warn("disk read", s);
-    return std::nullopt;
+  // Worth a read only if it serves more rows, computed in this prompt's classes, than RAM or the
+  // lane. Longest first; a stable sort keeps the nearer tier first on a tie.
+  struct Candidate {
+    cache::PrefixTier* tier;
+    cache::TierHit hit;
+    size_t serves;
+  };
+  std::vector<Candidate> found;
+  for (cache::PrefixTier* t : tiers) {
+    std::optional<cache::TierHit> hit = t->Lookup(*tenant, key);
+    if (!hit) continue;
+    const size_t serves = std::min(hit->usable_tokens, job.classes.AgreesUpTo(hit->record.classes));
+    if (serves > have) found.push_back({t, std::move(*hit), serves});
   }
-  std::optional<cache::EntryId> id = recorder_.Adopt(job.scope, hit->record, disk_buffer_);
-  if (id) ++counters_.disk_hits;
-  return id;
+  std::stable_sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) { return a.serves > b.serves; });
+  for (const Candidate& c : found) {
+    if (Status s = c.tier->Read(c.hit, tier_buffer_); !s.ok()) {
+      Warn(c.tier->Name() == "disk" ? "disk read" : "shared read", s);
+      continue;
+    }
+    std::optional<cache::EntryId> id = recorder_.Adopt(job.scope, c.hit.record, tier_buffer_, c.tier);
+    if (!id) return std::nullopt;
+    ++(c.tier->Name() == "disk" ? counters_.disk_hits : counters_.shared_hits);
+    return Promoted{*id, c.tier->Name()};
+  }
+  return std::nullopt;
 }
 
 size_t Restorer::AgreedRows(cache::EntryId id, const cache::BatchClasses& classes) const {
@@ -119,8 +135,7 @@ RestoreOutcome Restorer::Restore(FamilyStrategy& strategy, int32_t lane, const L
   const size_t lane_agreed = held.classes ? std::min(lane_shared, classes.AgreesUpTo(*held.classes)) : 0;
   size_t keep = strategy.lane_keep() == FamilyStrategy::LaneKeep::kPromptKv ? lane_agreed : 0;
   if (!(decoded && keep == n)) keep = classes.LastStartAtOrBelow(std::min(keep, a.limit));
-  const std::optional<cache::EntryId> from_disk =
-      PromoteFromDisk(job, decoded ? prompt : prompt.first(a.limit), keep);
+  const std::optional<Promoted> promoted = PromoteFromTiers(job, decoded ? prompt : prompt.first(a.limit), keep);
   if (!FindEntry(strategy, job, decoded != nullptr, a)) return Miss(lane, "restore-failed", a.branch);
   if (keep > 0) keep = strategy.UsableLaneTokens(lane, keep);
   // The lane already holds at least as much (less the strategy's margin): no entry is needed.
@@ -159,7 +174,7 @@ RestoreOutcome Restorer::Restore(FamilyStrategy& strategy, int32_t lane, const L
   }
   out.restored = m.usable_tokens;
   out.payload = std::string(cache::PayloadKindName(m.entry.desc.kind));
-  out.tier = from_disk == m.entry.id ? "disk" : "memory";
+  out.tier = promoted && promoted->id == m.entry.id ? std::string(promoted->tier) : "memory";
   if (decoded && out.restored == n) out.decoded = std::move(decoded);
   return out;
 }

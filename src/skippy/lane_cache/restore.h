@@ -5,8 +5,9 @@
 // result). Never leaves a lane half-restored: on any failure the lane is cleared and the outcome
 // is a miss with reason "restore-failed".
 //
-// With a disk tier, a prompt that RAM and the lane serve less of than a disk entry does has that
-// entry read (verified), made a RAM entry again (Recorder::Adopt) and restored like any other.
+// With tiers below RAM (disk, shared), a prompt that RAM and the lane serve less of than such a
+// tier's entry does has that entry read (verified), made a RAM entry again (Recorder::Adopt) and
+// restored like any other: the longest one, the nearer tier on a tie, the next one if a read fails.
 //
 // Thread-safety: engine thread only.
 #pragma once
@@ -33,7 +34,7 @@ struct RestoreOutcome {
   std::shared_ptr<const cache::DecodedResult> decoded;  // set when the whole prompt was restored
   std::string miss_reason;  // "" on a hit
   std::string payload;      // "resident-kv" / "kv-recurrent" on a hit
-  std::string tier;         // where the hit came from: "lane", "memory" or "disk" ("" on a miss)
+  std::string tier;         // where the hit came from: "lane", "memory", "disk" or "shared" ("" on a miss)
   // Where the prompt branches off what the cache and the lane have seen (hit or miss; 0 when
   // unknown): the plan records there, so the next prompt that branches at the same point hits it.
   size_t branch = 0;
@@ -66,9 +67,13 @@ class Restorer {
   // The entry to restore from, pinned (nullopt: none usable); false if a lookup failed.
   bool FindEntry(FamilyStrategy& strategy, const LaneJob& job, bool decoded, Attempt& a);
   RestoreOutcome Miss(int32_t lane, std::string reason, size_t branch);
-  // Reads the disk entry serving more of `key` than `have` tokens (what the lane or RAM give), if
-  // any, back into RAM; the new RAM entry's id.
-  std::optional<cache::EntryId> PromoteFromDisk(const LaneJob& job, std::span<const Token> key, size_t have);
+  // Reads the tier entry serving more of `key` than `have` tokens (what the lane or RAM give), if
+  // any, back into RAM; the new RAM entry's id and the tier's name.
+  struct Promoted {
+    cache::EntryId id = 0;
+    std::string_view tier;
+  };
+  std::optional<Promoted> PromoteFromTiers(const LaneJob& job, std::span<const Token> key, size_t have);
   // How many of the prompt's first rows an entry may serve: up to its first row classed otherwise.
   size_t AgreedRows(cache::EntryId id, const cache::BatchClasses& classes) const;
 
@@ -78,7 +83,7 @@ class Restorer {
   const EntryTable& entries_;
   Recorder& recorder_;
   LaneCacheCounters& counters_;
-  std::vector<uint8_t> disk_buffer_;  // disk reads land here (kept: its pages are most of a read's cost)
+  std::vector<uint8_t> tier_buffer_;  // tier reads land here (kept: its pages are most of a read's cost)
 };
 
 }  // namespace skippy::lane_cache

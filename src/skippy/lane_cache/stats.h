@@ -10,6 +10,7 @@
 #include "skippy/cache/cache.h"
 #include "skippy/cache/disk_tier.h"
 #include "skippy/cache/payload_tier.h"
+#include "skippy/cache/shared_tier.h"
 
 namespace skippy::lane_cache {
 
@@ -22,6 +23,7 @@ struct LaneCacheCounters {
   std::atomic<uint64_t> lane_hits{0};           // restores that cut the lane's own last prompt
   std::atomic<uint64_t> recurrent_onto_hits{0}; // hybrid restores of the recurrent state only
   std::atomic<uint64_t> disk_hits{0};           // disk entries read back into RAM for a restore
+  std::atomic<uint64_t> shared_hits{0};         // shared-tier entries read back into RAM for a restore
 };
 
 struct LaneCacheStats {
@@ -32,8 +34,9 @@ struct LaneCacheStats {
   std::string tier_name;
   cache::TierUsage tier;
   uint64_t records = 0, record_skips = 0, evictions = 0;
-  uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0, disk_hits = 0;
-  std::optional<cache::DiskTierStats> disk;  // with a disk tier
+  uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0, disk_hits = 0, shared_hits = 0;
+  std::optional<cache::DiskTierStats> disk;      // with a disk tier
+  std::optional<cache::SharedTierStats> shared;  // with a shared tier
 };
 
 }  // namespace skippy::lane_cache

@@ -3,6 +3,30 @@
 namespace skippy::server {
 namespace {
 
+nlohmann::json SharedJson(const cache::SharedTierStats& t) {
+  return {{"endpoint", t.endpoint},
+          {"connected", t.connected},
+          {"entries", t.entries},
+          {"loaded_at_open", t.loaded_at_open},
+          {"hits", t.hits},
+          {"misses_by_reason",
+           {{"never-seen", t.misses_never_seen}, {"evicted", t.misses_evicted}, {"gone", t.misses_gone},
+            {"unavailable", t.unavailable}}},
+          {"corrupt", t.corrupt},
+          {"foreign", t.foreign},
+          {"writes", t.writes},
+          {"write_skips", t.write_skips},
+          {"write_drops", t.write_drops},
+          {"write_errors", t.write_errors},
+          {"blocks_written", t.blocks_written},
+          {"blocks_deduplicated", t.blocks_deduplicated},
+          {"events", t.events},
+          {"resyncs", t.resyncs},
+          {"queued_bytes", t.queued_bytes},
+          {"read_ms", t.read_ms},
+          {"write_ms", t.write_ms}};
+}
+
 nlohmann::json DiskJson(const cache::DiskTierStats& d) {
   return {{"dir", d.dir},
           {"entries", d.entries},
@@ -53,6 +77,8 @@ nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
       {"recurrent_onto_hits", s.recurrent_onto_hits},
       {"disk_hits", s.disk_hits},
       {"disk", s.disk ? DiskJson(*s.disk) : nlohmann::json(nullptr)},
+      {"shared_hits", s.shared_hits},
+      {"shared", s.shared ? SharedJson(*s.shared) : nlohmann::json(nullptr)},
       {"payload_store",
        {{"tier", s.tier_name}, {"payloads", s.tier.payloads}, {"logical_bytes", s.tier.logical_bytes},
         {"physical_bytes", s.tier.physical_bytes}, {"saved_bytes", saved}, {"capacity_bytes", s.tier.capacity_bytes},
@@ -70,6 +96,7 @@ void FillCacheGauges(const lane_cache::LaneCacheStats& s, Gauges& g) {
   g.decoded_bytes = s.cache.decoded.bytes;
   g.cache_evictions = s.evictions;
   g.disk = s.disk;
+  g.shared = s.shared;
 }
 
 }  // namespace skippy::server

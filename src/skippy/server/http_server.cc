@@ -235,7 +235,10 @@ void HttpServer::CacheStats(const httplib::Request& req, httplib::Response& res)
                  {"queue_size", options_.queue_size}, {"cache_ram_mib", options_.cache_ram_mib},
                  {"cache_entries", options_.cache_entries}, {"decoded_ram_mib", options_.decoded_ram_mib},
                  {"decoded_entries", options_.decoded_entries}, {"cache_dir", options_.cache_dir},
-                 {"cache_disk_gib", options_.cache_disk_gib}};
+                 {"cache_disk_gib", options_.cache_disk_gib},
+                 {"shared_redis", options_.shared_host.empty() ? std::string()
+                                                               : StrCat(options_.shared_host, ":", options_.shared_port)},
+                 {"shared_timeout_ms", options_.shared_timeout_ms}};
   const Gauges g = scheduler_->gauges();
   j["lanes"] = g.lanes_total;
   j["lanes_busy"] = g.lanes_busy;

@@ -1,5 +1,7 @@
 #include "skippy/server/metrics.h"
 
+#include <span>
+
 #include "skippy/common/strings.h"
 
 namespace skippy::server {
@@ -23,6 +25,23 @@ std::string LabelValue(std::string_view v) {
     }
   }
   return out;
+}
+
+// One row of a table-driven group of metrics: a sample, with its HELP and TYPE lines when `type`
+// is not empty (the first sample of a family).
+struct Sample {
+  const char* name;
+  const char* type;
+  const char* help;
+  const char* label;  // "" or key="value"
+  double value;
+};
+
+void AppendSamples(std::string& o, std::span<const Sample> samples) {
+  for (const Sample& m : samples) {
+    if (*m.type) StrAppend(&o, "# HELP ", m.name, " ", m.help, "\n# TYPE ", m.name, " ", m.type, "\n");
+    StrAppend(&o, m.name, *m.label ? StrCat("{", m.label, "}") : std::string(), " ", m.value, "\n");
+  }
 }
 
 }  // namespace
@@ -110,13 +129,6 @@ std::string Metrics::Render(const Gauges& g) const {
   StrAppend(&o, "skippy_cache_evictions_total ", g.cache_evictions, "\n");
   if (g.disk) {
     const cache::DiskTierStats& d = *g.disk;
-    struct Sample {
-      const char* name;
-      const char* type;
-      const char* help;
-      const char* label;  // "" or key="value"
-      double value;
-    };
     const Sample samples[] = {
         {"skippy_disk_entries", "gauge", "Disk tier entries this configuration may serve.", "", double(d.entries)},
         {"skippy_disk_bytes", "gauge", "Bytes of the disk tier's entry files (every configuration's).", "", double(d.bytes)},
@@ -140,10 +152,41 @@ std::string Metrics::Render(const Gauges& g) const {
          d.read_ms / 1000.0},
         {"skippy_disk_write_seconds_total", "counter", "Time spent writing disk entries.", "", d.write_ms / 1000.0},
     };
-    for (const Sample& m : samples) {
-      if (*m.type) head(m.name, m.type, m.help);
-      StrAppend(&o, m.name, *m.label ? StrCat("{", m.label, "}") : std::string(), " ", m.value, "\n");
-    }
+    AppendSamples(o, samples);
+  }
+  if (g.shared) {
+    const cache::SharedTierStats& t = *g.shared;
+    const Sample samples[] = {
+        {"skippy_shared_connected", "gauge", "1 while the shared tier's Redis connection is up.", "",
+         t.connected ? 1.0 : 0.0},
+        {"skippy_shared_entries", "gauge", "Shared-tier entries this configuration may serve (the mirror).", "",
+         double(t.entries)},
+        {"skippy_shared_hits_total", "counter", "Shared-tier entries fetched and verified.", "", double(t.hits)},
+        {"skippy_shared_misses_total", "counter", "Shared-tier lookups and reads without a usable entry, by reason.",
+         "reason=\"never-seen\"", double(t.misses_never_seen)},
+        {"skippy_shared_misses_total", "", "", "reason=\"evicted\"", double(t.misses_evicted)},
+        {"skippy_shared_misses_total", "", "", "reason=\"gone\"", double(t.misses_gone)},
+        {"skippy_shared_misses_total", "", "", "reason=\"unavailable\"", double(t.unavailable)},
+        {"skippy_shared_corrupt_total", "counter", "Shared-tier entries removed because a check failed.", "",
+         double(t.corrupt)},
+        {"skippy_shared_foreign_total", "counter", "Manifests under this configuration's keys naming another.", "",
+         double(t.foreign)},
+        {"skippy_shared_writes_total", "counter", "Shared-tier entries stored, by outcome.", "outcome=\"written\"",
+         double(t.writes)},
+        {"skippy_shared_writes_total", "", "", "outcome=\"skipped\"", double(t.write_skips)},
+        {"skippy_shared_writes_total", "", "", "outcome=\"dropped\"", double(t.write_drops)},
+        {"skippy_shared_writes_total", "", "", "outcome=\"error\"", double(t.write_errors)},
+        {"skippy_shared_blocks_total", "counter", "Payload blocks by what a write did with them.",
+         "outcome=\"sent\"", double(t.blocks_written)},
+        {"skippy_shared_blocks_total", "", "", "outcome=\"deduplicated\"", double(t.blocks_deduplicated)},
+        {"skippy_shared_events_total", "counter", "Events received from the other replicas.", "", double(t.events)},
+        {"skippy_shared_resyncs_total", "counter", "Mirror rebuilds from Redis (start, every reconnect).", "",
+         double(t.resyncs)},
+        {"skippy_shared_read_seconds_total", "counter", "Time spent fetching and verifying shared entries.", "",
+         t.read_ms / 1000.0},
+        {"skippy_shared_write_seconds_total", "counter", "Time spent storing shared entries.", "", t.write_ms / 1000.0},
+    };
+    AppendSamples(o, samples);
   }
   head("skippy_lanes", "gauge", "Runtime lanes.");
   StrAppend(&o, "skippy_lanes ", g.lanes_total, "\n");

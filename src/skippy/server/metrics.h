@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "skippy/cache/disk_tier.h"
+#include "skippy/cache/shared_tier.h"
 
 namespace skippy::server {
 
@@ -27,7 +28,8 @@ struct Gauges {
   size_t decoded_entries = 0;
   uint64_t decoded_bytes = 0;
   uint64_t cache_evictions = 0;
-  std::optional<cache::DiskTierStats> disk;  // with a disk tier
+  std::optional<cache::DiskTierStats> disk;      // with a disk tier
+  std::optional<cache::SharedTierStats> shared;  // with a shared tier
   bool loading = true;
 };
 

@@ -35,6 +35,15 @@ lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
   lo.decoded_bytes = std::max<uint64_t>(1, o.decoded_ram_mib) << 20;
   lo.disk_dir = o.cache_dir;
   lo.disk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.cache_disk_gib * double(uint64_t{1} << 30)));
+  if (!o.shared_host.empty()) {
+    cache::SharedTierOptions s;
+    s.host = o.shared_host;
+    s.port = o.shared_port;
+    s.password = o.shared_password;
+    s.key_prefix = o.shared_key_prefix;
+    s.timeout_ms = o.shared_timeout_ms;
+    lo.shared = s;
+  }
   return lo;
 }
 
@@ -107,6 +116,10 @@ Status Scheduler::Load() {
     }
   }
   SKIPPY_ASSIGN_OR_RETURN(cache_, lane_cache::LaneCache::Create(lo, *backend_));
+  if (const auto shared = cache_->Stats().shared; shared && !shared->connected) {
+    std::fprintf(stderr, "skippy-server: the shared tier's Redis at %s does not answer; serving without it until it does\n",
+                 shared->endpoint.c_str());
+  }
   DecideLaneBatching();
   lanes_.resize(options_.lane_count);
   thread_ = std::thread([this] { Loop(); });

@@ -45,6 +45,13 @@ struct ServerOptions {
   // restart ("" for none), under a byte cap in GiB.
   std::string cache_dir;
   double cache_disk_gib = 8;
+  // Shared tier: entries written through to Redis at this host:port and read back when RAM and
+  // the disk serve less ("" for none); the password comes from a file or SKIPPY_REDIS_PASSWORD.
+  std::string shared_host;
+  int shared_port = 6379;
+  std::string shared_password;
+  std::string shared_key_prefix = "skippy";
+  uint32_t shared_timeout_ms = 250;
 
   // HTTP and limits.
   std::string host = "127.0.0.1";
