@@ -167,10 +167,19 @@ void LaneCache::Finish(int32_t lane, bool completed) {
       case FamilyStrategy::LaneKeep::kEverything: keep = backend_.SequenceLength(lane) >= n; break;
     }
   }
+  std::optional<std::string> tenant = events_ && job.active ? TenantOf(job.scope.cache_namespace) : std::nullopt;
   if (keep) {
     held = {std::move(job.prompt), job.scope.cache_namespace, std::move(job.classes)};
   } else {
     (void)backend_.Clear(lane);
+  }
+  if (tenant) {
+    CacheEvent e;
+    e.kind = CacheEvent::Kind::kLane;
+    e.lane = lane;
+    e.tenant_namespace = std::move(*tenant);
+    if (keep && strategy_->serves()) e.tokens = held.tokens;
+    events_(std::move(e));
   }
   job = LaneJob{};
 }
@@ -187,6 +196,13 @@ size_t LaneCache::Clear(const std::optional<std::string>& ns) {
   size_t erased = 0;
   for (cache::EntryId id : entries_.InNamespace(scope_ns)) erased += recorder_.Erase(id) ? 1 : 0;
   for (cache::PrefixTier* t : Tiers()) (void)t->Clear(ns);  // the same prefixes: not counted twice
+  if (events_) {
+    CacheEvent e;
+    e.kind = CacheEvent::Kind::kCleared;
+    e.all = !ns.has_value();
+    e.tenant_namespace = ns.value_or("");
+    events_(std::move(e));
+  }
   return erased;
 }
 
@@ -209,6 +225,21 @@ LaneCacheStats LaneCache::Stats() const {
   if (disk_) s.disk = disk_->Stats();
   if (shared_) s.shared = shared_->Stats();
   return s;
+}
+
+void LaneCache::SetEventSink(CacheEventSink sink) {
+  events_ = sink;
+  recorder_.SetEventSink(std::move(sink));
+}
+
+std::string_view CacheEventKindName(CacheEvent::Kind kind) {
+  switch (kind) {
+    case CacheEvent::Kind::kStored: return "stored";
+    case CacheEvent::Kind::kRemoved: return "removed";
+    case CacheEvent::Kind::kCleared: return "cleared";
+    case CacheEvent::Kind::kLane: return "lane";
+  }
+  return "?";
 }
 
 void LaneCache::FlushTiers() {

@@ -100,6 +100,8 @@ class LaneCache {
   size_t PrefillChunk() const;
   const FamilyStrategy& strategy() const { return *strategy_; }
   LaneCacheStats Stats() const;
+  // Where changes to what the cache holds are reported (CacheEvent); none by default.
+  void SetEventSink(CacheEventSink sink);
   // Waits until every entry queued for the disk and shared tiers is written (tests, shutdown).
   void FlushTiers();
 
@@ -135,6 +137,7 @@ class LaneCache {
   std::vector<Held> held_;     // per lane
   uint64_t global_epoch_ = 0;
   std::map<std::string, uint64_t> epochs_;
+  CacheEventSink events_;
 };
 
 }  // namespace skippy::lane_cache

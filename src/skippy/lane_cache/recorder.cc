@@ -75,6 +75,11 @@ void Recorder::Decoded(const cache::PrefixScope& scope, std::span<const Token> p
   if (Status s = cache_.PutDecoded(DecodedScope(scope, classes), prompt, logits); !s.ok()) Warn("decoded result", s);
 }
 
+std::optional<std::string> Recorder::TenantNamespace(const cache::PrefixScope& scope) const {
+  if (!tenant_of_) return std::nullopt;
+  return tenant_of_(scope.cache_namespace);
+}
+
 std::optional<std::string> Recorder::TierNamespace(const cache::PrefixScope& scope) const {
   if (tiers_.empty() || !tenant_of_) return std::nullopt;
   return tenant_of_(scope.cache_namespace);
@@ -127,6 +132,17 @@ std::optional<cache::EntryId> Recorder::Store(const cache::PrefixScope& scope, s
       (void)t->Put(std::move(record), std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }
   }
+  if (events_) {
+    if (std::optional<std::string> tenant = TenantNamespace(scope)) {
+      CacheEvent e;
+      e.kind = CacheEvent::Kind::kStored;
+      e.entry = *id;
+      e.tenant_namespace = std::move(*tenant);
+      e.tokens.assign(tokens.begin(), tokens.end());
+      e.serves_shorter = kind == PayloadKind::kResidentKv && !exact_only;
+      events_(std::move(e));
+    }
+  }
   entries_.Add(*id, std::move(entry));
   return *id;
 }
@@ -150,6 +166,12 @@ bool Recorder::Erase(cache::EntryId id) {
 }
 
 void Recorder::Free(const cache::EntryInfo& info) {
+  if (events_) {
+    CacheEvent e;
+    e.kind = CacheEvent::Kind::kRemoved;
+    e.entry = info.id;
+    events_(std::move(e));
+  }
   const cache::PayloadId payload = entries_.Forget(info.id);
   if (payload != 0) {
     if (Status s = tier_.Erase(payload); !s.ok()) Warn("payload release", s);

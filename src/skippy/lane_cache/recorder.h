@@ -27,6 +27,7 @@
 #include "skippy/cache/prefix_tier.h"
 #include "skippy/cache/payload_tier.h"
 #include "skippy/lane_cache/entry_table.h"
+#include "skippy/lane_cache/events.h"
 #include "skippy/lane_cache/lane_backend.h"
 #include "skippy/lane_cache/stats.h"
 
@@ -86,6 +87,11 @@ class Recorder {
   const std::vector<cache::PrefixTier*>& tiers() const { return tiers_; }
   std::optional<std::string> TierNamespace(const cache::PrefixScope& scope) const;
 
+  // Where entries stored and removed are reported (none by default).
+  void SetEventSink(CacheEventSink sink) { events_ = std::move(sink); }
+  // The tenant namespace of a scope, if no Clear came since it was made.
+  std::optional<std::string> TenantNamespace(const cache::PrefixScope& scope) const;
+
   // Drops the pin a Lookup took; frees the entry if it was erased meanwhile.
   void Release(cache::EntryId id);
   // Erases an entry (deferred by the cache core while pinned); returns whether it existed.
@@ -110,6 +116,7 @@ class Recorder {
   LaneCacheCounters& counters_;
   const std::vector<cache::PrefixTier*> tiers_;
   const TenantOf tenant_of_;
+  CacheEventSink events_;
 };
 
 }  // namespace skippy::lane_cache

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -39,7 +40,10 @@ std::string ComposeNamespace(const std::string& key_ns, const std::string& salt)
 
 }  // namespace
 
-HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)) {}
+HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)) {
+  std::random_device rd;
+  instance_id_ = fmt::format("{:08x}{:08x}", rd(), rd());
+}
 
 HttpServer::~HttpServer() {
   Stop();
@@ -47,6 +51,7 @@ HttpServer::~HttpServer() {
 }
 
 void HttpServer::Stop() {
+  if (scheduler_) scheduler_->events().Close();  // ends /cache/events streams
   if (http_) http_->stop();
 }
 
@@ -187,6 +192,8 @@ void HttpServer::Routes() {
   get("/cache/stats", route(&HttpServer::CacheStats));
   post("/cache/clear", route(&HttpServer::CacheClear));
   post("/apply-template", route(&HttpServer::ApplyTemplateRoute));
+  get("/cache/events", route(&HttpServer::CacheEvents));
+  post("/cache/prompt-key", route(&HttpServer::PromptKey));
   post("/v1/completions", generate(Endpoint::kCompletions));
   post("/v1/chat/completions", generate(Endpoint::kChatCompletions));
   post("/completion", generate(Endpoint::kLlamaCompletion));
@@ -279,6 +286,69 @@ void HttpServer::ApplyTemplateRoute(const httplib::Request& req, httplib::Respon
   auto text = ApplyTemplate(scheduler_->model(), body, Limits());
   if (!text.ok()) return SendError(res, FromStatus(text.status()));
   SendJson(res, 200, {{"prompt", *text}});
+}
+
+void HttpServer::CacheEvents(const httplib::Request& req, httplib::Response& res) {
+  if (RefuseNamespacedKey(req, res)) return;
+  struct Cursor {
+    uint64_t after = 0;
+    bool hello = false;
+  };
+  auto cursor = std::make_shared<Cursor>();
+  cursor->after = scheduler_->events().last();  // events from now on
+  const std::string instance = instance_id_;
+  const uint32_t lanes = options_.lane_count;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, cursor, instance, lanes](size_t, httplib::DataSink& sink) {
+        auto send = [&](const std::string& payload) {
+          const std::string frame = StrCat("data: ", payload, "\n\n");
+          return sink.write(frame.data(), frame.size());
+        };
+        if (!cursor->hello) {
+          cursor->hello = true;
+          return send(json{{"kind", "hello"}, {"instance", instance}, {"lanes", lanes}, {"seq", cursor->after}}.dump());
+        }
+        CacheEventLog::Batch b = scheduler_->events().WaitAfter(cursor->after, std::chrono::seconds(1));
+        if (b.closed) {
+          sink.done();
+          return true;
+        }
+        if (b.reset && !send(json{{"kind", "reset"}}.dump())) return false;
+        for (const std::string& line : b.lines) {
+          if (!send(line)) return false;
+        }
+        cursor->after = b.last;
+        // A comment line now and then: a reader can tell a quiet replica from a dead connection.
+        if (b.lines.empty()) {
+          constexpr std::string_view kKeepalive = ": keepalive\n\n";
+          return sink.write(kKeepalive.data(), kKeepalive.size());
+        }
+        return true;
+      });
+}
+
+void HttpServer::PromptKey(const httplib::Request& req, httplib::Response& res) {
+  if (!scheduler_->ready()) return SendError(res, Loading());
+  const std::string which = req.get_param_value("endpoint");
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  if (which == "completions") {
+    endpoint = Endpoint::kCompletions;
+  } else if (which == "completion") {
+    endpoint = Endpoint::kLlamaCompletion;
+  } else if (which != "chat") {
+    return SendError(res, BadRequest("query parameter 'endpoint' must be chat, completions or completion"));
+  }
+  if (Status shape = CheckJsonShape(req.body, Limits()); !shape.ok()) return SendError(res, FromStatus(shape));
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return SendError(res, BadRequest("the request body is not valid JSON", "invalid_json"));
+  auto request = ParseGenerationRequest(endpoint, body, Limits());
+  if (!request.ok()) return SendError(res, FromStatus(request.status()));
+  auto prompt = PreparePrompt(scheduler_->model(), *request);
+  if (!prompt.ok()) return SendError(res, FromStatus(prompt.status(), "invalid_prompt"));
+  const std::string ns = ComposeNamespace(KeyNamespace(req).value_or(""), request->cache_salt);
+  SendJson(res, 200, {{"tokens", prompt->tokens}, {"ns", NamespaceKey(ns)}});
 }
 
 void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {

@@ -72,11 +72,20 @@ class HttpServer {
   void CacheStats(const httplib::Request& req, httplib::Response& res);
   void CacheClear(const httplib::Request& req, httplib::Response& res);
   void ApplyTemplateRoute(const httplib::Request& req, httplib::Response& res);
+  // GET /cache/events: what the cache holds as it changes, as Server-Sent Events (a "hello" with
+  // this process's instance id first; "reset" when the reader fell behind). Global view.
+  void CacheEvents(const httplib::Request& req, httplib::Response& res);
+  // POST /cache/prompt-key?endpoint=chat|completions|completion: the token ids and namespace key
+  // a generation request's prompt would be cached under (for skippy-router); nothing is generated.
+  void PromptKey(const httplib::Request& req, httplib::Response& res);
   // The three generation endpoints: parse, tokenize, check the budget, queue, answer (response.h).
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
 
   ServerOptions options_;
-  std::set<std::string, std::less<>> routes_;  // the paths of the route table (metrics labels)
+  std::set<std::string, std::less<>> routes_;
+  // Random per process: a router following /cache/events tells a restarted replica (empty RAM)
+  // from a reconnect.
+  std::string instance_id_;  // the paths of the route table (metrics labels)
   Metrics metrics_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;

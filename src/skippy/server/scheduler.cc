@@ -116,6 +116,7 @@ Status Scheduler::Load() {
     }
   }
   SKIPPY_ASSIGN_OR_RETURN(cache_, lane_cache::LaneCache::Create(lo, *backend_));
+  cache_->SetEventSink([this](lane_cache::CacheEvent e) { events_.Append(std::move(e)); });
   if (const auto shared = cache_->Stats().shared; shared && !shared->connected) {
     std::fprintf(stderr, "skippy-server: the shared tier's Redis at %s does not answer; serving without it until it does\n",
                  shared->endpoint.c_str());
@@ -211,6 +212,7 @@ void Scheduler::Stop() {
     std::lock_guard lock(mu_);
     if (stop_) return;
     stop_ = true;
+    events_.Close();
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();

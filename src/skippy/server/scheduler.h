@@ -44,6 +44,7 @@
 #include "skippy/lane_cache/lane_cache.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/server/api_error.h"
+#include "skippy/server/cache_events.h"
 #include "skippy/server/job.h"
 #include "skippy/server/metrics.h"
 #include "skippy/server/request.h"
@@ -73,6 +74,8 @@ class Scheduler {
   StatusOr<size_t> ClearCache(const std::optional<std::string>& tenant_namespace);
   nlohmann::json CacheStats() const;
   Gauges gauges() const;
+  // What the cache holds, as it changes (GET /cache/events).
+  CacheEventLog& events() { return events_; }
 
   void Stop();
 
@@ -117,6 +120,7 @@ class Scheduler {
   std::unique_ptr<runtime::Engine> engine_;
   std::unique_ptr<lane_cache::EngineBackend> backend_;
   std::unique_ptr<lane_cache::LaneCache> cache_;
+  CacheEventLog events_;
   nlohmann::json batch_split_json_;  // the startup check's report (null when it did not run)
   std::string model_name_;
   std::atomic<bool> ready_{false};
