@@ -1,0 +1,434 @@
+#include "skippy/router/router.h"
+
+#include <condition_variable>
+#include <deque>
+
+#include "httplib.h"
+#include "skippy/common/strings.h"
+
+namespace skippy::router {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+void SendError(httplib::Response& res, int status, const std::string& code, const std::string& message) {
+  res.status = status;
+  res.set_content(json{{"error", {{"message", message}, {"type", status >= 500 ? "server_error" : "invalid_request_error"},
+                                  {"code", code}}}}
+                      .dump(),
+                  "application/json");
+}
+
+// The /cache/prompt-key endpoint name of a generation path.
+const char* PromptKeyEndpoint(const std::string& path) {
+  if (path == "/v1/chat/completions" || path == "/chat/completions") return "chat";
+  if (path == "/v1/completions") return "completions";
+  return "completion";
+}
+
+httplib::Headers ForwardHeaders(const httplib::Request& req) {
+  httplib::Headers h;
+  if (req.has_header("Authorization")) h.emplace("Authorization", req.get_header_value("Authorization"));
+  return h;
+}
+
+// A streamed answer on its way from a replica to the client: the upstream thread pushes, the
+// client's content provider pops.
+struct Pipe {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool headers = false;
+  int status = 0;
+  std::string content_type;
+  std::deque<std::string> chunks;
+  bool done = false;
+  bool ok = false;           // the upstream request completed
+  bool client_gone = false;  // the client left: stop reading upstream (the replica cancels)
+};
+
+}  // namespace
+
+struct Router::Replica {
+  std::string host;
+  int port = 0;
+  std::string name;
+  std::atomic<bool> healthy{false};
+  std::atomic<int> in_flight{0};
+  std::atomic<int> lanes{1};
+  std::atomic<bool> follows{false};  // its event stream is connected
+  ReplicaView view{16};
+  std::atomic<uint64_t> requests{0}, by_prefix{0}, by_load{0}, by_rr{0}, failures{0}, matched_tokens{0};
+};
+
+struct Router::Counters {
+  std::atomic<uint64_t> requests{0};         // generation requests received
+  std::atomic<uint64_t> retries{0};          // sent again to another replica
+  std::atomic<uint64_t> unavailable{0};      // answered 503: no replica could take it
+  std::atomic<uint64_t> streams_cut{0};      // a replica failed mid-stream: error event sent
+  std::atomic<uint64_t> prompt_key_failures{0};
+  std::atomic<uint64_t> shared_hits{0};      // non-streamed answers whose prefix came from the shared tier
+  std::atomic<uint64_t> prompt_tokens{0};    // tokens of prompts routed with a known prompt
+};
+
+Router::Router(RouterOptions options) : options_(std::move(options)), counters_(std::make_unique<Counters>()) {
+  for (const std::string& r : options_.replicas) {
+    auto rep = std::make_unique<Replica>();
+    const size_t colon = r.rfind(':');
+    rep->host = r.substr(0, colon);
+    rep->port = std::atoi(r.c_str() + colon + 1);
+    rep->name = r;
+    replicas_.push_back(std::move(rep));
+  }
+}
+
+Router::~Router() { Stop(); }
+
+void Router::Stop() {
+  stopping_ = true;
+  if (http_) http_->stop();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+Status Router::Run() {
+  http_ = std::make_unique<httplib::Server>();
+  const size_t threads = static_cast<size_t>(std::max(4, options_.http_threads));
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(64u << 20);
+  Routes();
+  if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
+    return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
+  }
+  threads_.emplace_back([this] { HealthLoop(); });
+  if (options_.policy == Policy::kCacheAware) {
+    for (auto& r : replicas_) threads_.emplace_back([this, rp = r.get()] { Follow(*rp); });
+  }
+  std::fprintf(stderr, "skippy-router: listening on http://%s:%d over %zu replicas (%s)\n", options_.host.c_str(),
+               options_.port, replicas_.size(), options_.policy == Policy::kCacheAware ? "cache-aware" : "round-robin");
+  http_->listen_after_bind();
+  return absl::OkStatus();
+}
+
+void Router::Routes() {
+  httplib::Server& s = *http_;
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/completion", "/completions", "/chat/completions"}) {
+    s.Post(path, [this, p = std::string(path)](const httplib::Request& req, httplib::Response& res) { Proxy(p, req, res); });
+  }
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    bool any = false;
+    for (const auto& r : replicas_) any = any || r->healthy;
+    res.status = any && !stopping_ ? 200 : 503;
+    res.set_content(json{{"status", any ? "ok" : "no healthy replica"}}.dump(), "application/json");
+  });
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    for (const auto& r : replicas_) {
+      if (!r->healthy) continue;
+      httplib::Client c(r->host, r->port);
+      c.set_connection_timeout(1);
+      if (auto got = c.Get("/v1/models", ForwardHeaders(req))) {
+        res.status = got->status;
+        res.set_content(got->body, "application/json");
+        return;
+      }
+    }
+    SendError(res, 503, "no_replica", "no healthy replica");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(MetricsText(), "text/plain; version=0.0.4");
+  });
+  s.Get("/router/stats", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(StatsJson().dump(), "application/json");
+  });
+}
+
+std::pair<std::vector<Token>, std::string> Router::PromptKey(const std::string& path, const httplib::Request& req) {
+  // Any healthy replica renders and tokenizes the same way; the least busy one answers fastest.
+  std::vector<Replica*> order;
+  for (auto& r : replicas_) {
+    if (r->healthy && r->follows) order.push_back(r.get());
+  }
+  std::sort(order.begin(), order.end(), [](Replica* a, Replica* b) { return a->in_flight < b->in_flight; });
+  for (Replica* r : order) {
+    httplib::Client c(r->host, r->port);
+    c.set_connection_timeout(1);
+    c.set_read_timeout(10);
+    auto got = c.Post(StrCat("/cache/prompt-key?endpoint=", PromptKeyEndpoint(path)), ForwardHeaders(req), req.body,
+                      "application/json");
+    if (!got) continue;  // that replica failed: ask another
+    if (got->status != 200) break;  // the request itself is refused: the replica it goes to says why
+    json j = json::parse(got->body, nullptr, false);
+    if (j.is_object() && j.contains("tokens") && j["tokens"].is_array()) {
+      try {
+        return {j["tokens"].get<std::vector<Token>>(), j.value("ns", "")};
+      } catch (const json::exception&) {
+      }
+    }
+    break;
+  }
+  ++counters_->prompt_key_failures;
+  return {};
+}
+
+std::optional<Choice> Router::Pick(const std::vector<Token>& tokens, const std::string& ns_key,
+                                   const std::vector<bool>& excluded) {
+  std::vector<Candidate> cs(replicas_.size());
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    const Replica& r = *replicas_[i];
+    cs[i].healthy = r.healthy && !excluded[i];
+    cs[i].in_flight = r.in_flight;
+    cs[i].lanes = r.lanes;
+    cs[i].matched = tokens.empty() ? 0 : r.view.Match(ns_key, tokens);
+  }
+  std::lock_guard<std::mutex> lock(rr_mu_);
+  return Choose(options_.policy, options_.policy_options, cs, tokens.size(), rr_);
+}
+
+void Router::Proxy(const std::string& path, const httplib::Request& req, httplib::Response& res) {
+  if (stopping_) return SendError(res, 503, "draining", "the router is shutting down");
+  ++counters_->requests;
+  ++in_flight_;
+  // Released when the request is over, streamed or not (the provider outlives this handler).
+  std::shared_ptr<void> in_flight(nullptr, [this](void*) { --in_flight_; });
+  const json body = json::parse(req.body, nullptr, false);
+  const bool stream = body.is_object() && body.value("stream", false) == true;
+  std::vector<Token> tokens;
+  std::string ns_key;
+  if (options_.policy == Policy::kCacheAware) std::tie(tokens, ns_key) = PromptKey(path, req);
+  if (!tokens.empty()) counters_->prompt_tokens += tokens.size();
+  std::vector<bool> excluded(replicas_.size(), false);
+  for (int attempt = 0; attempt <= options_.retries; ++attempt) {
+    const std::optional<Choice> choice = Pick(tokens, ns_key, excluded);
+    if (!choice) break;
+    Replica& r = *replicas_[choice->replica];
+    if (attempt > 0) ++counters_->retries;
+    ++r.requests;
+    ++(choice->by == RoutedBy::kPrefix ? r.by_prefix : choice->by == RoutedBy::kLoad ? r.by_load : r.by_rr);
+    if (!tokens.empty()) {
+      r.matched_tokens += r.view.Match(ns_key, tokens);
+      r.view.Routed(ns_key, tokens);
+    }
+    ++r.in_flight;
+    if (!stream) {
+      httplib::Client c(r.host, r.port);
+      c.set_connection_timeout(2);
+      c.set_read_timeout(options_.read_timeout_seconds);
+      auto got = c.Post(path, ForwardHeaders(req), req.body, "application/json");
+      --r.in_flight;
+      if (!got) {  // no answer: the replica is down or died mid-request
+        ++r.failures;
+        r.healthy = false;
+        excluded[choice->replica] = true;
+        continue;
+      }
+      if (got->status == 200 && got->body.find("\"cache_tier\":\"shared\"") != std::string::npos) {
+        ++counters_->shared_hits;
+      }
+      res.status = got->status;
+      res.set_content(got->body, got->get_header_value("Content-Type", 0).empty()
+                                     ? "application/json"
+                                     : got->get_header_value("Content-Type", 0));
+      return;
+    }
+    auto pipe = std::make_shared<Pipe>();
+    httplib::Request up;
+    up.method = "POST";
+    up.path = path;
+    up.headers = ForwardHeaders(req);
+    up.headers.emplace("Content-Type", "application/json");
+    up.body = req.body;
+    up.response_handler = [pipe](const httplib::Response& r) {
+      std::lock_guard<std::mutex> lock(pipe->mu);
+      pipe->headers = true;
+      pipe->status = r.status;
+      pipe->content_type = r.get_header_value("Content-Type", 0);
+      pipe->cv.notify_all();
+      return true;
+    };
+    up.content_receiver = [pipe](const char* data, size_t n, uint64_t, uint64_t) {
+      std::lock_guard<std::mutex> lock(pipe->mu);
+      if (pipe->client_gone) return false;
+      pipe->chunks.emplace_back(data, n);
+      pipe->cv.notify_all();
+      return true;
+    };
+    Replica* rp = &r;
+    std::thread([pipe, up = std::move(up), rp, timeout = options_.read_timeout_seconds]() mutable {
+      httplib::Client c(rp->host, rp->port);
+      c.set_connection_timeout(2);
+      c.set_read_timeout(timeout);
+      httplib::Response resp;
+      httplib::Error err = httplib::Error::Success;
+      const bool ok = c.send(up, resp, err);
+      --rp->in_flight;
+      std::lock_guard<std::mutex> lock(pipe->mu);
+      pipe->done = true;
+      pipe->ok = ok;
+      pipe->cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(pipe->mu);
+    pipe->cv.wait(lock, [&] { return pipe->headers || pipe->done; });
+    if (!pipe->headers) {  // never answered: try the next replica
+      ++r.failures;
+      r.healthy = false;
+      excluded[choice->replica] = true;
+      continue;
+    }
+    if (pipe->status != 200) {  // refused (4xx) or failed before streaming: pass the answer on
+      pipe->cv.wait(lock, [&] { return pipe->done; });
+      std::string all;
+      for (const std::string& c : pipe->chunks) all += c;
+      res.status = pipe->status;
+      res.set_content(all, pipe->content_type.empty() ? "application/json" : pipe->content_type);
+      return;
+    }
+    lock.unlock();
+    Counters* counters = counters_.get();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [pipe, counters, rp, in_flight](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> l(pipe->mu);
+          pipe->cv.wait_for(l, std::chrono::seconds(1), [&] { return pipe->done || !pipe->chunks.empty(); });
+          while (!pipe->chunks.empty()) {
+            std::string c = std::move(pipe->chunks.front());
+            pipe->chunks.pop_front();
+            l.unlock();
+            if (!sink.write(c.data(), c.size())) return false;
+            l.lock();
+          }
+          if (pipe->done) {
+            if (!pipe->ok) {  // the replica died mid-stream: say so rather than end silently
+              ++counters->streams_cut;
+              ++rp->failures;
+              const std::string e = StrCat(
+                  "data: ", json{{"error", {{"message", "the replica serving this stream failed"}, {"type", "server_error"},
+                                             {"code", "replica_failed"}}}}.dump(), "\n\n");
+              l.unlock();
+              sink.write(e.data(), e.size());
+            }
+            sink.done();
+          }
+          return true;
+        },
+        [pipe](bool) {
+          std::lock_guard<std::mutex> l(pipe->mu);
+          pipe->client_gone = true;
+        });
+    return;
+  }
+  ++counters_->unavailable;
+  SendError(res, 503, "no_replica", "no replica could take the request");
+}
+
+void Router::Follow(Replica& r) {
+  while (!stopping_) {
+    httplib::Client c(r.host, r.port);
+    c.set_connection_timeout(1);
+    c.set_read_timeout(5);  // the replica writes a keepalive every second
+    httplib::Headers h;
+    if (!options_.replica_key.empty()) h.emplace("Authorization", "Bearer " + options_.replica_key);
+    std::string buffer;
+    auto got = c.Get("/cache/events", h, [&](const char* data, size_t n) {
+      buffer.append(data, n);
+      for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+        const std::string frame = buffer.substr(0, end);
+        buffer.erase(0, end + 2);
+        if (!frame.starts_with("data: ")) continue;  // a keepalive comment
+        const json e = json::parse(frame.substr(6), nullptr, false);
+        if (e.is_object() && e.value("kind", "") == "hello") {
+          r.lanes = std::max(1, e.value("lanes", 1));
+          r.follows = true;
+        }
+        r.view.Apply(e);
+      }
+      return !stopping_.load();
+    });
+    r.follows = false;
+    r.view.Clear();  // what it holds now is unknown
+    const auto until = Clock::now() + (got && got->status == 404 ? std::chrono::seconds(5) : std::chrono::milliseconds(300));
+    while (!stopping_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void Router::HealthLoop() {
+  while (!stopping_) {
+    const auto next = Clock::now() + options_.health_interval;
+    for (auto& r : replicas_) {
+      httplib::Client c(r->host, r->port);
+      c.set_connection_timeout(1);
+      c.set_read_timeout(2);
+      auto got = c.Get("/health");
+      r->healthy = got && got->status == 200;
+    }
+    while (!stopping_ && Clock::now() < next) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+json Router::StatsJson() const {
+  json reps = json::array();
+  for (const auto& r : replicas_) {
+    reps.push_back({{"replica", r->name},
+                    {"healthy", r->healthy.load()},
+                    {"following_events", r->follows.load()},
+                    {"in_flight", r->in_flight.load()},
+                    {"lanes", r->lanes.load()},
+                    {"known_entries", r->view.entries()},
+                    {"events", r->view.events()},
+                    {"requests", r->requests.load()},
+                    {"routed_by_prefix", r->by_prefix.load()},
+                    {"routed_by_load", r->by_load.load()},
+                    {"routed_round_robin", r->by_rr.load()},
+                    {"failures", r->failures.load()},
+                    {"matched_tokens", r->matched_tokens.load()}});
+  }
+  const Counters& c = *counters_;
+  return {{"policy", options_.policy == Policy::kCacheAware ? "cache-aware" : "round-robin"},
+          {"replicas", reps},
+          {"requests", c.requests.load()},
+          {"retries", c.retries.load()},
+          {"unavailable", c.unavailable.load()},
+          {"streams_cut", c.streams_cut.load()},
+          {"prompt_key_failures", c.prompt_key_failures.load()},
+          {"shared_hits", c.shared_hits.load()},
+          {"prompt_tokens", c.prompt_tokens.load()},
+          {"in_flight", in_flight_.load()}};
+}
+
+std::string Router::MetricsText() const {
+  std::string o;
+  auto head = [&](const char* name, const char* type, const char* help) {
+    StrAppend(&o, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  };
+  head("skippy_router_requests_total", "counter", "Generation requests sent to a replica, by how it was chosen.");
+  for (const auto& r : replicas_) {
+    for (const auto& [by, n] : {std::pair{"prefix", r->by_prefix.load()}, std::pair{"load", r->by_load.load()},
+                                std::pair{"round-robin", r->by_rr.load()}}) {
+      StrAppend(&o, "skippy_router_requests_total{replica=\"", r->name, "\",routed_by=\"", by, "\"} ", n, "\n");
+    }
+  }
+  head("skippy_router_replica_healthy", "gauge", "1 while the replica passes its health check.");
+  for (const auto& r : replicas_) StrAppend(&o, "skippy_router_replica_healthy{replica=\"", r->name, "\"} ", r->healthy ? 1 : 0, "\n");
+  head("skippy_router_replica_in_flight", "gauge", "Requests in flight at the replica (sent by this router).");
+  for (const auto& r : replicas_) StrAppend(&o, "skippy_router_replica_in_flight{replica=\"", r->name, "\"} ", r->in_flight.load(), "\n");
+  head("skippy_router_replica_failures_total", "counter", "Requests the replica failed to answer.");
+  for (const auto& r : replicas_) StrAppend(&o, "skippy_router_replica_failures_total{replica=\"", r->name, "\"} ", r->failures.load(), "\n");
+  head("skippy_router_replica_known_entries", "gauge", "Cache entries the router knows the replica holds.");
+  for (const auto& r : replicas_) StrAppend(&o, "skippy_router_replica_known_entries{replica=\"", r->name, "\"} ", r->view.entries(), "\n");
+  const Counters& c = *counters_;
+  head("skippy_router_retries_total", "counter", "Requests sent again to another replica after a failure.");
+  StrAppend(&o, "skippy_router_retries_total ", c.retries.load(), "\n");
+  head("skippy_router_unavailable_total", "counter", "Requests answered 503: no replica could take them.");
+  StrAppend(&o, "skippy_router_unavailable_total ", c.unavailable.load(), "\n");
+  head("skippy_router_streams_cut_total", "counter", "Streams ended with an error event: the replica failed mid-stream.");
+  StrAppend(&o, "skippy_router_streams_cut_total ", c.streams_cut.load(), "\n");
+  head("skippy_router_shared_tier_hits_total", "counter", "Answers whose prefix a replica fetched from the shared tier.");
+  StrAppend(&o, "skippy_router_shared_tier_hits_total ", c.shared_hits.load(), "\n");
+  head("skippy_router_prompt_key_failures_total", "counter", "Requests routed without knowing their prompt.");
+  StrAppend(&o, "skippy_router_prompt_key_failures_total ", c.prompt_key_failures.load(), "\n");
+  return o;
+}
+
+}  // namespace skippy::router
