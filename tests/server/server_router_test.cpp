@@ -1,0 +1,167 @@
+// skippy-router over two skippy-server replicas (tiny llama) sharing a Redis tier: requests on a
+// document go where its prefix is cached and answer exactly as a --no-cache server does; streams
+// pass through; a replica killed mid-run leaves every request answered (retried or routed
+// elsewhere) and counted; a request refused by a replica comes back with the replica's error.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "../support/redis_server.h"
+#include "server_process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using skippy::server_test::PostJson;
+using skippy::server_test::ServerProcess;
+using skippy::testing::RedisServer;
+
+std::string RouterBin() { return skippy::server_test::Env("SKIPPY_ROUTER_BIN", SKIPPY_TEST_ROUTER_BIN); }
+
+std::vector<int> Doc(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int> v(std::uniform_int_distribution<int>(150, 220)(rng));
+  for (int& t : v) t = std::uniform_int_distribution<int>(1000, 9000)(rng);
+  return v;
+}
+
+std::vector<int> Ask(std::vector<int> doc, int q) {
+  for (int i = 0; i < 10; ++i) doc.push_back(300 + 41 * q + i);
+  return doc;
+}
+
+json Complete(httplib::Client& c, const std::vector<int>& prompt, int* status = nullptr) {
+  json req = {{"prompt", prompt}, {"n_predict", 4}, {"temperature", 0}, {"ignore_eos", true},
+              {"return_tokens", true}, {"n_probs", 2}};
+  auto [st, body] = PostJson(c, "/completion", req);
+  if (status) *status = st;
+  return body;
+}
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = RedisServer::Start();
+    ASSERT_NE(redis_, nullptr);
+    tag_ = "skippy-router-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    password_file_ = fs::temp_directory_path() / (tag_ + ".password");
+    std::ofstream(password_file_) << RedisServer::kPassword << "\n";
+    const std::vector<std::string> flags = {"-c", "512", "--prefill-chunk", "128", "--runtime-lane-count", "1",
+                                            "--shared-redis", "127.0.0.1:" + std::to_string(redis_->port()),
+                                            "--shared-redis-password-file", password_file_.string()};
+    for (int i = 0; i < 2; ++i) {
+      replicas_.push_back(ServerProcess::Start("llama", flags, tag_ + "-r" + std::to_string(i)));
+      ASSERT_TRUE(replicas_.back());
+    }
+    port_ = *skippy::FreeLoopbackPort();
+    log_ = (fs::temp_directory_path() / (tag_ + "-router.log")).string();
+    auto proc = skippy::Subprocess::Start(
+        {RouterBin(), "--port", std::to_string(port_), "--replica", "127.0.0.1:" + std::to_string(replicas_[0]->port()),
+         "--replica", "127.0.0.1:" + std::to_string(replicas_[1]->port())},
+        log_);
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    router_ = std::make_unique<skippy::Subprocess>(std::move(*proc));
+    httplib::Client c("127.0.0.1", port_);
+    for (int i = 0; i < 200; ++i) {
+      auto r = c.Get("/router/stats");
+      if (r && r->status == 200) {
+        const json s = json::parse(r->body);
+        bool ready = true;
+        for (const json& rep : s["replicas"]) ready = ready && rep["healthy"] && rep["following_events"];
+        if (ready) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "the router did not see its replicas; log:\n" << skippy::TailOfFile(log_);
+  }
+  void TearDown() override {
+    if (router_) router_->Stop(std::chrono::milliseconds(3000));
+    fs::remove(password_file_);
+  }
+  std::unique_ptr<httplib::Client> Client() const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    c->set_read_timeout(60);
+    return c;
+  }
+  json Stats() const { return json::parse(Client()->Get("/router/stats")->body); }
+
+  std::unique_ptr<RedisServer> redis_;
+  std::vector<std::unique_ptr<ServerProcess>> replicas_;
+  std::unique_ptr<skippy::Subprocess> router_;
+  int port_ = 0;
+  std::string tag_, log_;
+  fs::path password_file_;
+};
+
+TEST_F(RouterTest, RequestsGoWhereTheirPrefixIsAndAnswerExactly) {
+  auto off = ServerProcess::Start("llama", {"-c", "512", "--prefill-chunk", "128", "--runtime-lane-count", "1"},
+                                  tag_ + "-off");
+  ASSERT_TRUE(off);
+  auto c = Client();
+  std::map<std::string, int> tiers;
+  for (int q = 0; q < 3; ++q) {
+    for (uint32_t d = 0; d < 4; ++d) {
+      const auto prompt = Ask(Doc(0x40 + d), q);
+      const json a = Complete(*c, prompt);
+      const json b = Complete(*off->Client(), prompt);
+      EXPECT_EQ(a["completion_probabilities"], b["completion_probabilities"]) << a["skippy"].dump();
+      if (q > 0) ++tiers[a["skippy"].value("cache_tier", "")];
+    }
+  }
+  const json s = Stats();
+  int by_prefix = 0;
+  for (const json& r : s["replicas"]) by_prefix += r["routed_by_prefix"].get<int>();
+  // Every later question finds its document in the replica's RAM (lane or memory), not by a
+  // detour through Redis and never by a recompute.
+  EXPECT_EQ(tiers[""], 0) << s.dump();
+  EXPECT_EQ(tiers["shared"], 0) << s.dump();
+  EXPECT_GE(by_prefix, 8) << s.dump();
+  // Both replicas got work.
+  for (const json& r : s["replicas"]) EXPECT_GT(r["requests"].get<int>(), 0) << s.dump();
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_NE(metrics.find("skippy_router_requests_total{replica="), std::string::npos);
+}
+
+TEST_F(RouterTest, StreamsPassThroughAndErrorsComeBackAsTheReplicaSentThem) {
+  auto c = Client();
+  std::string got;
+  httplib::Request req;
+  auto r = c->Post("/v1/chat/completions",
+                   json{{"messages", {{{"role", "user"}, {"content", "hello there"}}}}, {"max_tokens", 3}, {"stream", true}}
+                       .dump(),
+                   "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("data: "), std::string::npos);
+  EXPECT_NE(r->body.find("[DONE]"), std::string::npos) << r->body;
+  auto bad = c->Post("/v1/chat/completions", json{{"messages", 5}, {"stream", true}}.dump(), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("error"), std::string::npos);
+}
+
+TEST_F(RouterTest, AReplicaKilledMidRunLeavesEveryRequestAnswered) {
+  auto c = Client();
+  for (uint32_t d = 0; d < 4; ++d) Complete(*c, Ask(Doc(0x90 + d), 0));
+  ::kill(replicas_[0]->pid(), SIGKILL);
+  int ok = 0;
+  for (int q = 1; q < 3; ++q) {
+    for (uint32_t d = 0; d < 4; ++d) {
+      int status = 0;
+      Complete(*c, Ask(Doc(0x90 + d), q), &status);
+      ok += status == 200 ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(ok, 8) << skippy::TailOfFile(log_);
+  const json s = Stats();
+  EXPECT_FALSE(s["replicas"][0]["healthy"].get<bool>()) << s.dump();
+  EXPECT_EQ(s["unavailable"], 0) << s.dump();
+}
+
+}  // namespace
