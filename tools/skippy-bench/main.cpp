@@ -17,6 +17,7 @@
 #include "skippy/bench/concurrency.h"
 #include "skippy/bench/production.h"
 #include "skippy/bench/report.h"
+#include "skippy/bench/fleet.h"
 #include "skippy/bench/serve_compare.h"
 
 namespace fs = std::filesystem;
@@ -160,6 +161,45 @@ int main(int argc, char** argv) {
   std::string sc_sweep;
   cmp->add_option("--concurrency-sweep", sc_sweep, "comma-separated client counts, e.g. 1,2,4,8");
 
+  skippy::bench::FleetOptions fl;
+  fl.skippy_server_bin = sc.skippy_server_bin;
+  fl.skippy_router_bin = (SelfDir() / "skippy-router").string();
+  fl.llama_server_bin = o.llama_server_bin;
+  fl.workload.documents = 12;
+  fl.workload.long_prefix_words = 600;
+  std::string fl_preset = "bench", fl_fa = "off";
+  bool fl_no_faults = false;
+  CLI::App* fleet = app.add_subcommand(
+      "fleet", "skippy-server replicas on a shared Redis tier behind skippy-router vs llama-servers behind round robin");
+  fleet->add_option("--output-dir", fl.output_dir, "where fleet.json/.md go")->required();
+  fleet->add_option("--case", fl.case_key, "family key")->capture_default_str();
+  fleet->add_option("--workload", fl.workloads, "workload name (repeatable)")->capture_default_str();
+  fleet->add_option("--replicas", fl.replicas, "replicas on each side")->capture_default_str();
+  fleet->add_option("--threads", fl.threads, "threads per replica")->capture_default_str();
+  fleet->add_option("--ctx-size", fl.ctx_size, "context per request")->capture_default_str();
+  fleet->add_option("--flash-attn", fl_fa, "on | off for both")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+  fleet->add_option("--replica-cache-mib", fl.replica_cache_mib,
+                    "each skippy replica's RAM for prefixes (0: its default); below what every document needs")
+      ->capture_default_str();
+  fleet->add_option("--repeats", fl.repeats, "runs per side (the median run by TTFT p50 is reported)")->capture_default_str();
+  fleet->add_flag("--no-faults", fl_no_faults, "skip the fault run");
+  fleet->add_option("--seed", fl.workload.seed, "workload seed")->capture_default_str();
+  fleet->add_option("--long-prefix-words", fl.workload.long_prefix_words, "words in long prefixes")->capture_default_str();
+  fleet->add_option("--documents", fl.workload.documents, "interleaved-prefixes documents")->capture_default_str();
+  fleet->add_option("--rounds", fl.workload.rounds, "interleaved-prefixes rounds")->capture_default_str();
+  fleet->add_option("--conversations", fl.workload.conversations, "multi-turn conversations")->capture_default_str();
+  fleet->add_option("--turns", fl.workload.turns, "multi-turn turns")->capture_default_str();
+  fleet->add_option("--agent-steps", fl.workload.agent_steps, "agent-loop steps")->capture_default_str();
+  fleet->add_option("--n-predict", fl.workload.n_predict, "generated tokens per request")->capture_default_str();
+  fleet->add_option("--skippy-server-bin", fl.skippy_server_bin, "skippy-server binary")->capture_default_str();
+  fleet->add_option("--skippy-router-bin", fl.skippy_router_bin, "skippy-router binary")->capture_default_str();
+  fleet->add_option("--llama-server-bin", fl.llama_server_bin, "llama-server binary")->capture_default_str();
+  fleet->add_option("--redis-server-bin", fl.redis_server_bin, "redis-server binary")->capture_default_str();
+  fleet->add_option("--model-dir", fl.model_dir, "real GGUFs named <family-key>.gguf");
+  fleet->add_option("--zoo-preset", fl_preset, "zoo preset")->capture_default_str();
+  fleet->add_option("--zoo-dir", fl.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
+  fleet->add_option("--zoo-format", fl.zoo_format, "weight format of the zoo models")->capture_default_str();
+
   try {
     app.parse(argc, argv);
     o.prefix_tokens = ParseIntList(sweep.empty() ? prefix_tokens : sweep);
@@ -186,6 +226,15 @@ int main(int argc, char** argv) {
       if (!sweep_doc.ok()) return Fail(sweep_doc.status());
       std::fprintf(stderr, "[bench] concurrency sweep -> %s/concurrency-sweep.json\n", o.output_dir.c_str());
     }
+    return 0;
+  }
+  if (*fleet) {
+    fl.flash_attn = fl_fa == "on";
+    fl.faults = !fl_no_faults;
+    if (fl.zoo_dir.empty()) fl.zoo_dir = DefaultCacheDir() + "/zoo/" + fl_preset;
+    auto doc = skippy::bench::RunFleet(fl);
+    if (!doc.ok()) return Fail(doc.status());
+    std::fprintf(stderr, "[fleet] -> %s/fleet.json\n", fl.output_dir.c_str());
     return 0;
   }
   if (*cmp && sc_render_only) {

@@ -109,9 +109,14 @@ CompletionRun ModelServer::Complete(const std::string& prompt, int n_predict, in
 }
 
 StreamRun ModelServer::StreamComplete(const std::string& prompt, int n_predict, int n_probs) const {
+  return StreamCompleteAt(port_, prompt, n_predict, n_probs, options_.request_timeout);
+}
+
+StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, int n_probs,
+                           std::chrono::seconds timeout) {
   StreamRun run;
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(static_cast<time_t>(options_.request_timeout.count()));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(static_cast<time_t>(timeout.count()));
   json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"temperature", 0}, {"cache_prompt", true},
                {"stream", true}};
   if (n_probs > 0) {

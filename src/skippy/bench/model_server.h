@@ -93,6 +93,10 @@ ModelServerOptions MatchedServerOptions(const BenchOptions& o, ServerKind kind, 
   return so;
 }
 
+// StreamComplete against any server on a loopback port (a router in front of servers).
+StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, int n_probs,
+                           std::chrono::seconds timeout);
+
 class ModelServer {
  public:
   [[nodiscard]] static StatusOr<ModelServer> Start(const ModelServerOptions& options);
@@ -101,6 +105,7 @@ class ModelServer {
   ~ModelServer() = default;
 
   int port() const { return port_; }
+  pid_t pid() const { return process_.pid(); }
   // Peak resident memory of the server process (VmHWM), bytes; 0 if unknown.
   uint64_t PeakRssBytes() const;
   std::vector<std::string> argv() const { return argv_; }
