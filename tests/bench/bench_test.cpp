@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "skippy/bench/fleet.h"
 #include "skippy/bench/production.h"
 #include "skippy/bench/report.h"
 #include "skippy/bench/serve_compare.h"
@@ -288,6 +289,39 @@ TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
   std::ifstream in(fs::path(o.output_dir) / "serve-compare.json");
   EXPECT_EQ(json::parse(in)["runs"].size(), (*doc)["runs"].size());
   EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "serve-compare.md"));
+}
+
+// The fleet benchmark end to end on the tiny zoo: both fleets answer every request, every Skippy
+// answer equals the single server's, the restarted replica hits from the shared tier, and the
+// fault run (Redis and a replica killed) leaves no request unanswered or wrong.
+TEST_F(BenchTest, FleetRunsBothFleetsTheRestartAndTheFaults) {
+  bench::FleetOptions o;
+  o.output_dir = (dir_ / "fleet").string();
+  o.workloads = {"interleaved-prefixes"};
+  o.zoo_dir = SKIPPY_TEST_ZOO_DIR;
+  o.skippy_server_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/skippy-server");
+  o.skippy_router_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/skippy-router");
+  o.llama_server_bin = StrCat(SKIPPY_TEST_BIN_DIR, "/llama-server");
+  o.replicas = 2;
+  o.ctx_size = 1024;
+  o.workload.long_prefix_words = 80;
+  o.workload.documents = 3;
+  o.workload.rounds = 2;
+  o.workload.n_predict = 4;
+  auto doc = bench::RunFleet(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ((*doc)["workloads"].size(), 1u);
+  const json& w = (*doc)["workloads"][0];
+  EXPECT_EQ(w["skippy"]["errors"], 0) << w["skippy"].dump();
+  EXPECT_EQ(w["skippy"]["differs_from_reference"], 0);
+  EXPECT_EQ(w["skippy"]["requests"], 6);
+  EXPECT_EQ(w["llama"]["requests"], 6);
+  EXPECT_GT(w["skippy"]["reused_tokens"].get<int>(), 0);
+  EXPECT_EQ((*doc)["restart"]["shared_hits"], 3) << (*doc)["restart"].dump();
+  const json& f = (*doc)["faults"];
+  EXPECT_EQ(f["answered"], f["requests"]) << f.dump();
+  EXPECT_EQ(f["wrong"], 0);
+  EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "fleet.md"));
 }
 
 TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {

@@ -27,17 +27,19 @@ class SharedTierTest : public ::testing::Test {
     ASSERT_NE(redis_, nullptr);
   }
 
-  SharedTierOptions Options() const {
+  // A generous deadline by default (a loaded CI machine must not turn writes into drops); the
+  // fault test sets a short one.
+  SharedTierOptions Options(uint32_t timeout_ms = 5000) const {
     SharedTierOptions o;
     o.port = redis_->port();
     o.password = RedisServer::kPassword;
     o.block_bytes = 4096;  // several blocks per test payload
-    o.timeout_ms = 200;
+    o.timeout_ms = timeout_ms;
     o.retry_ms = 100;
     return o;
   }
-  std::unique_ptr<SharedTier> Open(const CacheConfigIdentity& id = MakeScope().config) {
-    auto t = SharedTier::Open(Options(), id);
+  std::unique_ptr<SharedTier> Open(const CacheConfigIdentity& id = MakeScope().config, uint32_t timeout_ms = 5000) {
+    auto t = SharedTier::Open(Options(timeout_ms), id);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? std::move(*t) : nullptr;
   }
@@ -239,7 +241,7 @@ TEST_F(SharedTierTest, ARefusedPasswordIsAnErrorAtOpen) {
 }
 
 TEST_F(SharedTierTest, RedisDownPausedOrRestartedMakesReadsMissQuicklyNeverFail) {
-  auto a = Open();
+  auto a = Open(MakeScope().config, /*timeout_ms=*/200);
   ASSERT_TRUE(a->Put(Record(Range(0, 100)), Bytes(5000, 10)));
   a->Flush();
   auto hit = a->Lookup("", Range(0, 100));
@@ -269,7 +271,7 @@ TEST_F(SharedTierTest, RedisDownPausedOrRestartedMakesReadsMissQuicklyNeverFail)
   EXPECT_FALSE(a->Stats().connected);
   EXPECT_GE(a->Stats().unavailable, 2u);
   // A replica can start while Redis is down.
-  auto b = Open();
+  auto b = Open(MakeScope().config, /*timeout_ms=*/200);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->Stats().entries, 0u);
 

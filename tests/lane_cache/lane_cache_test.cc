@@ -446,6 +446,7 @@ class SharedTierLanes : public ::testing::TestWithParam<Kind> {
     cache::SharedTierOptions s;
     s.port = redis_->port();
     s.password = RedisServer::kPassword;
+    s.timeout_ms = 5000;  // a loaded CI machine must not turn writes into drops
     o.shared = s;
     return o;
   }
@@ -519,6 +520,52 @@ TEST_P(SharedTierLanes, ASharedHitIsKeptOnDiskAndRedisDownIsAMiss) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SharedTierLanes, ::testing::Values(Kind::kDense, Kind::kSlidingWindow, Kind::kHybrid, Kind::kRecurrent));
+
+}  // namespace
+}  // namespace skippy::lane_cache
+
+namespace skippy::lane_cache {
+namespace {
+
+// The events a router follows: an entry stored (with its tokens, in the tenant's namespace), what
+// the lane keeps after the job, entries removed and namespaces cleared.
+TEST(CacheEvents, StoredLaneRemovedAndClearedAreReported) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b, LaneCacheOptions{});
+  std::vector<CacheEvent> seen;
+  c->SetEventSink([&](CacheEvent e) { seen.push_back(std::move(e)); });
+  const auto doc = Seq(1, 128);
+  RunJob(*c, b, 0, Cat(doc, Seq(500, 12)), {128, 140}, "tenant");
+  size_t stored = 0, lanes = 0;
+  for (const CacheEvent& e : seen) {
+    if (e.kind == CacheEvent::Kind::kStored) {
+      ++stored;
+      EXPECT_EQ(e.tenant_namespace, "tenant");
+      EXPECT_TRUE(e.serves_shorter);
+      EXPECT_FALSE(e.tokens.empty());
+    }
+    if (e.kind == CacheEvent::Kind::kLane) {
+      ++lanes;
+      EXPECT_EQ(e.lane, 0);
+      EXPECT_EQ(e.tokens, Cat(doc, Seq(500, 12)));
+    }
+  }
+  EXPECT_GE(stored, 1u);
+  EXPECT_EQ(lanes, 1u);
+  seen.clear();
+  EXPECT_GE(c->Clear(std::string("tenant")), 1u);
+  size_t removed = 0, cleared = 0;
+  for (const CacheEvent& e : seen) {
+    removed += e.kind == CacheEvent::Kind::kRemoved;
+    if (e.kind == CacheEvent::Kind::kCleared) {
+      ++cleared;
+      EXPECT_EQ(e.tenant_namespace, "tenant");
+      EXPECT_FALSE(e.all);
+    }
+  }
+  EXPECT_EQ(removed, stored);
+  EXPECT_EQ(cleared, 1u);
+}
 
 }  // namespace
 }  // namespace skippy::lane_cache

@@ -54,7 +54,8 @@ class RouterTest : public ::testing::Test {
     std::ofstream(password_file_) << RedisServer::kPassword << "\n";
     const std::vector<std::string> flags = {"-c", "512", "--prefill-chunk", "128", "--runtime-lane-count", "1",
                                             "--shared-redis", "127.0.0.1:" + std::to_string(redis_->port()),
-                                            "--shared-redis-password-file", password_file_.string()};
+                                            "--shared-redis-password-file", password_file_.string(),
+                                            "--shared-timeout-ms", "2000"};
     for (int i = 0; i < 2; ++i) {
       replicas_.push_back(ServerProcess::Start("llama", flags, tag_ + "-r" + std::to_string(i)));
       ASSERT_TRUE(replicas_.back());

@@ -69,7 +69,7 @@ class SharedTierServing : public ::testing::Test {
   std::vector<std::string> Flags(std::vector<std::string> extra, int port = 0) const {
     std::vector<std::string> f = kCommon;
     f.insert(f.end(), {"--shared-redis", "127.0.0.1:" + std::to_string(port ? port : redis_->port()),
-                       "--shared-redis-password-file", password_file_.string(), "--shared-timeout-ms", "200"});
+                       "--shared-redis-password-file", password_file_.string(), "--shared-timeout-ms", "2000"});
     f.insert(f.end(), extra.begin(), extra.end());
     return f;
   }

@@ -246,6 +246,21 @@ json Summary(const std::vector<Result>& rs) {
           {"prompt_tokens", prompt}, {"reused_tokens", reused}};
 }
 
+// Where the skippy replicas' hits came from, summed over the fleet (their /cache/stats).
+json ReplicaHits(const Side& side) {
+  json sum = {{"lane_hits", 0}, {"stored_hits", 0}, {"shared_hits", 0}, {"disk_hits", 0}};
+  for (const auto& s : side.servers) {
+    httplib::Client c("127.0.0.1", s->port());
+    c.set_connection_timeout(1);
+    auto r = c.Get("/cache/stats");
+    if (!r || r->status != 200) continue;
+    const json j = json::parse(r->body, nullptr, false);
+    if (!j.is_object()) continue;
+    for (auto it = sum.begin(); it != sum.end(); ++it) *it = it->get<int64_t>() + j.value(it.key(), int64_t{0});
+  }
+  return sum;
+}
+
 json ResultsJson(const Workload& w, const std::vector<Result>& rs) {
   json a = json::array();
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -285,6 +300,13 @@ std::string Markdown(const json& doc) {
                  " | ", s.value("reused_tokens", 0), " | ", r["reference"].value("reused_tokens", 0), " | ",
                  fmt::format("{:.2f}", r.value("reuse_vs_one_replica", 0.0)), " | ", s.value("errors", 0), ", ",
                  l.value("errors", 0), " |\n");
+  }
+  md += "\nWhere the Skippy replicas' hits came from (lane: a replica's own last prompt; memory: its RAM; shared: "
+        "fetched from Redis, computed by another replica):\n\n| workload | lane | memory | shared |\n| --- | ---: | ---: | ---: |\n";
+  for (const json& r : doc["workloads"]) {
+    const json h = r["skippy"].value("replica_hits", json::object());
+    md += StrCat("| ", r.value("workload", ""), " | ", h.value("lane_hits", 0), " | ",
+                 h.value("stored_hits", 0) - h.value("shared_hits", 0), " | ", h.value("shared_hits", 0), " |\n");
   }
   if (doc.contains("restart") && doc["restart"].is_object()) {
     const json& r = doc["restart"];
@@ -351,6 +373,7 @@ StatusOr<json> RunFleet(const FleetOptions& o) {
         for (size_t i = 0; i < rs.size(); ++i) wrong += rs[i].ok && ref[i].ok && rs[i].content != ref[i].content;
         s["differs_from_reference"] = wrong;
         s["router"] = side.router->Stats();
+        if (skippy) s["replica_hits"] = ReplicaHits(side);
         s["results"] = ResultsJson(w, rs);
         if (skippy && name == "interleaved-prefixes" && rep == 0) {
           // A replica restarted: fresh questions on old documents, first from the shared tier, then from its RAM.
