@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -163,6 +164,74 @@ TEST_F(RouterTest, AReplicaKilledMidRunLeavesEveryRequestAnswered) {
   const json s = Stats();
   EXPECT_FALSE(s["replicas"][0]["healthy"].get<bool>()) << s.dump();
   EXPECT_EQ(s["unavailable"], 0) << s.dump();
+}
+
+TEST_F(RouterTest, AStreamCutMidWayEndsWithAnErrorEvent) {
+  auto c = Client();
+  std::string body;
+  std::atomic<bool> killed{false};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/completion";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = json{{"prompt", "a stream that is cut"}, {"n_predict", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    body.append(data, n);
+    if (!killed && body.find("data: ") != std::string::npos) {
+      killed = true;
+      // The replica serving it is the one with a request in flight.
+      const json stats = Stats();  // kept: the loop must not walk a destroyed temporary
+      for (const json& r : stats["replicas"]) {
+        if (r["in_flight"].get<int>() > 0) {
+          for (auto& rep : replicas_) {
+            if (r["replica"] == "127.0.0.1:" + std::to_string(rep->port())) ::kill(rep->pid(), SIGKILL);
+          }
+        }
+      }
+    }
+    return true;
+  };
+  auto res = c->send(req);
+  ASSERT_TRUE(res);
+  EXPECT_TRUE(killed.load());
+  EXPECT_NE(body.find("replica_failed"), std::string::npos) << body.substr(body.size() > 400 ? body.size() - 400 : 0);
+  EXPECT_EQ(body.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(Stats()["streams_cut"], 1) << Stats().dump();
+}
+
+TEST_F(RouterTest, SigtermDrainsTheStreamInFlightThenExits) {
+  std::string body;
+  std::atomic<bool> started{false};
+  std::thread client([&] {
+    auto c = Client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/completion";
+    req.headers = {{"Content-Type", "application/json"}};
+    req.body = json{{"prompt", "a stream that drains"}, {"n_predict", 300}, {"ignore_eos", true}, {"stream", true}}.dump();
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      started = true;
+      return true;
+    };
+    (void)c->send(req);
+  });
+  for (int i = 0; i < 500 && !started; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(started.load());
+  ::kill(router_->pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // New requests are refused while it drains (or find it gone).
+  auto late = Client()->Post("/completion", json{{"prompt", "late"}, {"n_predict", 2}}.dump(), "application/json");
+  if (late) EXPECT_EQ(late->status, 503);
+  client.join();
+  EXPECT_NE(body.find("\"stop\":true"), std::string::npos) << body.substr(body.size() > 300 ? body.size() - 300 : 0);
+  std::optional<int> rc;
+  for (int i = 0; i < 200 && !rc; ++i) {
+    rc = router_->Poll();
+    if (!rc) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(rc.has_value()) << "the router did not exit after draining";
+  EXPECT_EQ(*rc, 0);
 }
 
 }  // namespace

@@ -248,7 +248,7 @@ json Summary(const std::vector<Result>& rs) {
 
 // Where the skippy replicas' hits came from, summed over the fleet (their /cache/stats).
 json ReplicaHits(const Side& side) {
-  json sum = {{"lane_hits", 0}, {"stored_hits", 0}, {"shared_hits", 0}, {"disk_hits", 0}};
+  json sum = {{"lane_hits", 0}, {"stored_hits", 0}, {"recurrent_onto_hits", 0}, {"shared_hits", 0}, {"disk_hits", 0}};
   for (const auto& s : side.servers) {
     httplib::Client c("127.0.0.1", s->port());
     c.set_connection_timeout(1);
@@ -301,12 +301,13 @@ std::string Markdown(const json& doc) {
                  fmt::format("{:.2f}", r.value("reuse_vs_one_replica", 0.0)), " | ", s.value("errors", 0), ", ",
                  l.value("errors", 0), " |\n");
   }
-  md += "\nWhere the Skippy replicas' hits came from (lane: a replica's own last prompt; memory: its RAM; shared: "
-        "fetched from Redis, computed by another replica):\n\n| workload | lane | memory | shared |\n| --- | ---: | ---: | ---: |\n";
+  md += "\nWhere the Skippy replicas' hits came from (lane: a replica's own last prompt; memory: its RAM, a hybrid's "
+        "recurrent state restored onto its lane included; shared: fetched from Redis, computed by another replica):\n\n| workload | lane | memory | shared |\n| --- | ---: | ---: | ---: |\n";
   for (const json& r : doc["workloads"]) {
     const json h = r["skippy"].value("replica_hits", json::object());
     md += StrCat("| ", r.value("workload", ""), " | ", h.value("lane_hits", 0), " | ",
-                 h.value("stored_hits", 0) - h.value("shared_hits", 0), " | ", h.value("shared_hits", 0), " |\n");
+                 h.value("stored_hits", 0) + h.value("recurrent_onto_hits", 0) - h.value("shared_hits", 0), " | ",
+                 h.value("shared_hits", 0), " |\n");
   }
   if (doc.contains("restart") && doc["restart"].is_object()) {
     const json& r = doc["restart"];

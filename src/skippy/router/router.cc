@@ -67,7 +67,7 @@ struct Router::Counters {
   std::atomic<uint64_t> unavailable{0};      // answered 503: no replica could take it
   std::atomic<uint64_t> streams_cut{0};      // a replica failed mid-stream: error event sent
   std::atomic<uint64_t> prompt_key_failures{0};
-  std::atomic<uint64_t> shared_hits{0};      // non-streamed answers whose prefix came from the shared tier
+  std::atomic<uint64_t> shared_hits{0};      // answers whose prefix a replica fetched from the shared tier
   std::atomic<uint64_t> prompt_tokens{0};    // tokens of prompts routed with a known prompt
 };
 
@@ -296,6 +296,8 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
             std::string c = std::move(pipe->chunks.front());
             pipe->chunks.pop_front();
             l.unlock();
+            // skippy-server's last event says where the prefix came from.
+            if (c.find("\"cache_tier\":\"shared\"") != std::string::npos) ++counters->shared_hits;
             if (!sink.write(c.data(), c.size())) return false;
             l.lock();
           }
