@@ -475,6 +475,8 @@ TEST_P(SharedTierLanes, AnotherReplicaRestoresFromTheSharedTier) {
   EXPECT_EQ(again.start.tier, "shared");
   EXPECT_EQ(again.start.restored, 128u);
   EXPECT_EQ(second->Stats().shared_hits, 1u);
+  // Every kind counts the import it made (a whole-state import of a recurrent model included).
+  EXPECT_EQ(second->Stats().stored_hits + second->Stats().recurrent_onto_hits, 1u);
   ExpectConsistent(*second);
 }
 

@@ -96,7 +96,9 @@ class Recurrent : public FamilyStrategy {
   // Recurrent state cannot be cut to a shorter prefix.
   bool ExactOnly(size_t) const override { return true; }
   Status Import(const cache::Match& m, int32_t lane, std::span<const Token> prompt, size_t) override {
-    return t_.restorer.ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
+    Status s = t_.restorer.ImportStored(m.entry.desc, lane, prompt.first(m.usable_tokens));
+    if (s.ok()) ++t_.counters.stored_hits;
+    return s;
   }
   void AtBoundary(int32_t lane, LaneJob& job, size_t end) override {
     t_.recorder.Recurrent(lane, job.scope, std::span(job.prompt).first(end), job.classes);
