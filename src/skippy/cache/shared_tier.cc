@@ -57,7 +57,8 @@ class RedisLink {
   explicit RedisLink(const SharedTierOptions& o) : o_(o) {}
   ~RedisLink() { Close(); }
 
-  // Connects (and AUTHs) if not connected. PermissionDenied when Redis refuses the password.
+  // Connects (and AUTHs) if not connected, every read with a deadline of `command_timeout_ms` (0:
+  // the options' timeout). PermissionDenied when Redis refuses the password.
   Status Ensure(uint32_t command_timeout_ms) {
     if (ctx_ != nullptr) return absl::OkStatus();
     if (Clock::now() < retry_at_) return absl::UnavailableError(StrCat("redis ", o_.Endpoint(), ": ", last_error_));
@@ -65,7 +66,9 @@ class RedisLink {
     if (c == nullptr || c->err != 0) {
       return Fail(c == nullptr ? std::string("cannot allocate a context") : std::string(c->errstr), c);
     }
-    if (command_timeout_ms > 0) (void)redisSetTimeout(c, Timeval(command_timeout_ms));
+    // A deadline from the first byte on (AUTH included): a Redis that accepts and never answers
+    // (paused, overloaded) must not hold the caller. The event thread lifts it once subscribed.
+    (void)redisSetTimeout(c, Timeval(command_timeout_ms > 0 ? command_timeout_ms : o_.timeout_ms));
     (void)redisEnableKeepAlive(c);
     ctx_ = c;
     connected_ = true;
@@ -589,7 +592,7 @@ void SharedTier::EventLoop() {
     return stop_;
   };
   while (!stopping()) {
-    Status s = link.Ensure(/*command_timeout_ms=*/0);
+    Status s = link.Ensure(options_.timeout_ms);
     if (s.ok()) {
       std::lock_guard<std::mutex> lock(event_mu_);
       event_fd_ = link.context()->fd;
