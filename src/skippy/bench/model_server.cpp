@@ -168,7 +168,7 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
     return run;
   }
   run.ok = !first;
-  if (first) run.error = "no token events";
+  if (first && run.error.empty()) run.error = "no token events";
   run.tpot_ms = run.tokens > 1 ? (run.total_ms - run.ttft_ms) / (run.tokens - 1) : 0.0;
   return run;
 }

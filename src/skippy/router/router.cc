@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <string_view>
 
 #include "httplib.h"
 #include "skippy/common/strings.h"
@@ -33,8 +34,29 @@ httplib::Headers ForwardHeaders(const httplib::Request& req) {
   return h;
 }
 
+// Whether an SSE event commits a stream to the replica that sent it. Comments (keepalives) and
+// the chat role-only first chunk carry nothing of the answer, so a replica that dies after them
+// can still be replaced by another; anything else (a token, an error, the last event) cannot.
+bool Commits(std::string_view event) {
+  if (event.empty() || event.front() == ':') return false;
+  if (event.rfind("data: ", 0) != 0) return true;
+  const json j = json::parse(event.substr(6), nullptr, false);
+  if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return true;
+  for (const json& c : j["choices"]) {
+    if (!c.is_object() || !c.contains("delta") || !c["delta"].is_object()) return true;
+    if (!c.value("finish_reason", json()).is_null()) return true;
+    for (const auto& [k, v] : c["delta"].items()) {
+      if (k == "role") continue;
+      if (k == "content" && v.is_string() && v.get<std::string>().empty()) continue;
+      return true;
+    }
+  }
+  return false;
+}
+
 // A streamed answer on its way from a replica to the client: the upstream thread pushes, the
-// client's content provider pops.
+// client's content provider pops. Nothing reaches the client until the stream is `committed`
+// (Commits): until then a failed replica is retried elsewhere and its events are dropped.
 struct Pipe {
   std::mutex mu;
   std::condition_variable cv;
@@ -42,6 +64,8 @@ struct Pipe {
   int status = 0;
   std::string content_type;
   std::deque<std::string> chunks;
+  std::string scan;        // bytes not yet split into events, until committed
+  bool committed = false;
   bool done = false;
   bool ok = false;           // the upstream request completed
   bool client_gone = false;  // the client left: stop reading upstream (the replica cancels)
@@ -250,6 +274,14 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       std::lock_guard<std::mutex> lock(pipe->mu);
       if (pipe->client_gone) return false;
       pipe->chunks.emplace_back(data, n);
+      if (!pipe->committed) {
+        pipe->scan.append(data, n);
+        for (size_t end; !pipe->committed && (end = pipe->scan.find("\n\n")) != std::string::npos;) {
+          pipe->committed = Commits(std::string_view(pipe->scan).substr(0, end));
+          pipe->scan.erase(0, end + 2);
+        }
+        if (pipe->committed) pipe->scan.clear();
+      }
       pipe->cv.notify_all();
       return true;
     };
@@ -282,6 +314,15 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       res.status = pipe->status;
       res.set_content(all, pipe->content_type.empty() ? "application/json" : pipe->content_type);
       return;
+    }
+    // Held until the replica says something of the answer (a prefill can die with the replica).
+    pipe->cv.wait(lock, [&] { return pipe->committed || pipe->done; });
+    if (!pipe->committed && !pipe->ok) {  // died before the first token: try the next replica
+      pipe->client_gone = true;
+      ++r.failures;
+      r.healthy = false;
+      excluded[choice->replica] = true;
+      continue;
     }
     lock.unlock();
     Counters* counters = counters_.get();

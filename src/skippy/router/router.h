@@ -8,8 +8,10 @@
 //
 // Faults: a replica that fails its health check (GET /health, every health_interval) or refuses a
 // connection is skipped until it answers again; a request whose replica fails before answering is
-// sent to the next choice (up to `retries` times; a stream only before its first byte). A stream
-// cut mid-way ends with an error event. Every outcome is counted (GET /metrics, /router/stats).
+// sent to the next choice (up to `retries` times). A stream is held until its first event that
+// carries the answer (a token, an error, the end; not a keepalive or the chat role chunk), so a
+// replica that dies in the prefill is retried too; a stream cut after that ends with an error
+// event, since the tokens already sent cannot be taken back. Every outcome is counted (GET /metrics, /router/stats).
 // On Stop, new requests get 503 and requests in flight finish (drain).
 #pragma once
 
