@@ -35,7 +35,6 @@ die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 #   libgtest-dev, libgmock-dev     unit tests
 #   libbenchmark-dev               microbenchmarks
 #   nlohmann-json3-dev             JSON reports and HTTP bodies
-#   libcpp-httplib-dev             HTTP client/server (tests, bench, skippy-server)
 #   libcli11-dev                   command-line parsing
 #   libxxhash-dev                  fast non-cryptographic hashing for the cache index
 #   libssl-dev                     SHA-256 for model identity and payload digests
@@ -46,7 +45,7 @@ die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 #   libhiredis-dev                 Redis client for the shared cache tier (a fleet's replicas)
 #   redis-server                   the shared tier's store, started by the tests and benchmarks
 APT_PACKAGES=(cmake ninja-build g++ git libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev gnuplot-nox curl
+  nlohmann-json3-dev libcli11-dev libxxhash-dev libssl-dev libabsl-dev libfmt-dev gnuplot-nox curl
   libhiredis-dev redis-server)
 # shellcheck disable=SC2206  # a list of package names, split on spaces on purpose
 [ -n "${SKIPPY_APT_EXTRA:-}" ] && APT_PACKAGES+=(${SKIPPY_APT_EXTRA})

@@ -260,7 +260,7 @@ TEST_F(Hardening, EnvelopesAreRefusedBeforeTheBodyIsRead) {
   auto admin = server_->Client(kKey);
   std::string ranges = "bytes=-1";
   for (int i = 0; i < 200; ++i) ranges += ",-1";
-  auto r = admin->Get("/metrics", {{"Range", ranges}});
+  auto r = admin->Get("/metrics", httplib::Headers{{"Range", ranges}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_TRUE(HealthyWithinASecond());

@@ -250,9 +250,9 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
         ++counters_->shared_hits;
       }
       res.status = got->status;
-      res.set_content(got->body, got->get_header_value("Content-Type", 0).empty()
+      res.set_content(got->body, got->get_header_value("Content-Type").empty()
                                      ? "application/json"
-                                     : got->get_header_value("Content-Type", 0));
+                                     : got->get_header_value("Content-Type"));
       return;
     }
     auto pipe = std::make_shared<Pipe>();
@@ -266,7 +266,7 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       std::lock_guard<std::mutex> lock(pipe->mu);
       pipe->headers = true;
       pipe->status = r.status;
-      pipe->content_type = r.get_header_value("Content-Type", 0);
+      pipe->content_type = r.get_header_value("Content-Type");
       pipe->cv.notify_all();
       return true;
     };

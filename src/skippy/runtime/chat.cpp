@@ -24,9 +24,9 @@ struct TemplatesOut {
 static_assert(sizeof(TemplatesOut) == sizeof(common_chat_templates_ptr));
 
 // llama.cpp's common library (the Jinja engine llama-server renders chat templates with), loaded
-// on first use instead of linked: it carries a vendored cpp-httplib whose exported symbols clash
-// with the Debian cpp-httplib skippy-server links (linked, the process corrupted its heap at
-// startup). RTLD_LOCAL keeps its symbols out of the process's scope and RTLD_DEEPBIND makes its
+// on first use instead of linked: it carries its own build of cpp-httplib, whose exported symbols
+// would clash with the one skippy links (built with other options; linked against Debian's older
+// cpp-httplib, the process corrupted its heap at startup). RTLD_LOCAL keeps its symbols out of the process's scope and RTLD_DEEPBIND makes its
 // own references bind to its own definitions first. The symbol names are those of the pinned
 // llama.cpp; when any is missing the library is not used.
 struct JinjaLib {
