@@ -20,9 +20,9 @@ if [ $# -eq 0 ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPPY_SANITIZE=ON \
     -DLLAMA_CPP_SOURCE_DIR="$LLAMA_CPP_SOURCE_DIR" -DLLAMA_CPP_BUILD_DIR="$LLAMA_CPP_BUILD_DIR" >/dev/null
   cmake --build build-asan -j "$jobs" --target skippy-server server_test server_hardening_test \
-    skippy-lane-cache-tests skippy-cache-tests skippy-zoo skippy-router skippy-router-tests \
+    skippy-common-tests skippy-lane-cache-tests skippy-cache-tests skippy-zoo skippy-router skippy-router-tests \
     server_shared_tier_test server_router_test
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "cache|lane_cache|router|server|hardening" \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "common|cache|lane_cache|router|server|hardening" \
     -E "openai_node_client|npm_install"
 fi

@@ -331,3 +331,47 @@ TEST(HardeningShutdown, ATricklingClientCannotHoldUpShutdown) {
 }
 
 }  // namespace
+
+namespace {
+
+// 32 clients each sending a request one byte a second hold 32 connections; with four workers
+// always running, the pool grows for them, and /health and a completion still answer at once.
+TEST(HardeningSlowClients, ThirtyTwoSlowConnectionsStopNeitherHealthNorARequest) {
+  auto server = ServerProcess::Start("llama", {"-c", "256", "--http-threads", "4"}, "hardening-slow");
+  ASSERT_NE(server, nullptr);
+  std::vector<int> fds;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server->port()));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    fds.push_back(fd);
+  }
+  const std::string request = "GET /v1/models HTTP/1.1\r\nHost: slow\r\nX-Pad: " + std::string(64, 'p') + "\r\n\r\n";
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (size_t at = 0; !stop && at < request.size(); ++at) {
+      for (int fd : fds) (void)send(fd, request.data() + at, 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // every slow connection is in
+  auto c = server->Client();
+  c->set_connection_timeout(1);
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto h = c->Get("/health");
+    EXPECT_TRUE(h && h->status == 200) << "round " << round << "; log:\n" << server->LogTail();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+    auto [s, r] = PostJson(*c, "/completion", {{"prompt", "beside the slow ones"}, {"n_predict", 4}});
+    EXPECT_EQ(s, 200) << r.dump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  stop = true;
+  trickle.join();
+  for (int fd : fds) close(fd);
+}
+
+}  // namespace

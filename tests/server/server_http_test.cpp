@@ -510,4 +510,31 @@ TEST_F(ServerHttp, ADisconnectingStreamingClientFreesItsLane) {
   EXPECT_EQ(s, 200);
 }
 
+TEST_F(ServerHttp, ANonStreamingClientThatLeavesFreesItsLane) {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_default_headers({{"Authorization", std::string("Bearer ") + kKey}});
+    c.set_read_timeout(std::chrono::milliseconds(150));  // then it hangs up
+    auto r = c.Post("/completion",
+                    json{{"prompt", "a long answer nobody waits for"}, {"n_predict", 480}, {"ignore_eos", true}}.dump(),
+                    "application/json");
+    EXPECT_FALSE(r) << "the answer should have taken longer than the client waited";
+  }
+  // The generation stops at the client's departure (480 tokens take about 0.6 s here, alone).
+  auto c = Client();
+  bool freed = false, cancelled = false;
+  for (int i = 0; i < 100 && !(freed && cancelled); ++i) {
+    freed = json::parse(c->Get("/cache/stats")->body)["lanes_busy"] == 0;
+    auto m = c->Get("/metrics");
+    cancelled = m && m->body.find("skippy_requests_cancelled_total 0\n") == std::string::npos;
+    if (!(freed && cancelled)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(freed);
+  EXPECT_TRUE(cancelled) << "the server should notice the client went away";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  auto [s, r] = PostJson(*c, "/completion", {{"prompt", "after the hang-up"}, {"n_predict", 2}});
+  EXPECT_EQ(s, 200);
+}
+
 }  // namespace

@@ -200,6 +200,28 @@ TEST_F(RouterTest, AStreamCutMidWayEndsWithAnErrorEvent) {
   EXPECT_EQ(Stats()["streams_cut"], 1) << Stats().dump();
 }
 
+TEST_F(RouterTest, AClientThatLeavesCancelsTheGenerationOnItsReplica) {
+  {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(std::chrono::milliseconds(200));  // then it hangs up
+    auto r = c.Post("/completion", json{{"prompt", "nobody waits"}, {"n_predict", 480}, {"ignore_eos", true}}.dump(),
+                    "application/json");
+    EXPECT_FALSE(r);
+  }
+  // The router closes the replica's connection; the replica cancels and counts it.
+  int cancelled = 0;
+  for (int i = 0; i < 100 && cancelled == 0; ++i) {
+    for (auto& rep : replicas_) {
+      auto m = rep->Client()->Get("/metrics");
+      if (m && m->body.find("skippy_requests_cancelled_total 0\n") == std::string::npos) ++cancelled;
+    }
+    if (cancelled == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(cancelled, 1);
+  EXPECT_EQ(Stats()["client_gone"], 1) << Stats().dump();
+  EXPECT_EQ(Stats()["retries"], 0) << Stats().dump();
+}
+
 TEST_F(RouterTest, SigtermDrainsTheStreamInFlightThenExits) {
   std::string body;
   std::atomic<bool> started{false};

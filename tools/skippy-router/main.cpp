@@ -42,7 +42,11 @@ int main(int argc, char** argv) {
   int drain_seconds = 30;
   app.add_option("--drain-seconds", drain_seconds, "on SIGTERM, seconds requests in flight get before exit")
       ->capture_default_str()->check(CLI::Range(0, 3600));
-  app.add_option("--http-threads", o.http_threads, "HTTP worker threads")->capture_default_str()->check(CLI::Range(4, 4096));
+  app.add_option("--http-threads", o.http_threads, "HTTP worker threads always running")
+      ->capture_default_str()->check(CLI::Range(4, 4096));
+  app.add_option("--max-connections", o.max_connections,
+                 "connections served at once (workers grow up to this; a quarter more wait; then closed at accept)")
+      ->capture_default_str()->check(CLI::Range(8, 65536));
   CLI11_PARSE(app, argc, argv);
   o.policy = policy == "round-robin" ? skippy::router::Policy::kRoundRobin : skippy::router::Policy::kCacheAware;
   for (const std::string& r : o.replicas) {

@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens-limit", o.max_tokens_limit, "largest max_tokens (0: the context)")->capture_default_str();
   app.add_option("-n,--n-predict", o.default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
   app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: lanes + queue + 8)")->capture_default_str();
+  app.add_option("--max-connections", o.max_connections,
+                 "connections served at once (workers grow past --http-threads up to this; a quarter more wait; "
+                 "then closed at accept)")
+      ->capture_default_str()->check(CLI::Range(8, 65536));
   app.add_option("--max-headers", o.max_headers, "request headers at most (431 above)")->capture_default_str()
       ->check(CLI::Range(8, 10000));
   app.add_option("--max-header-bytes", o.max_header_bytes, "bytes of request headers at most (431 above)")

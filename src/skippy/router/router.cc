@@ -2,9 +2,11 @@
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <string_view>
 
 #include "httplib.h"
+#include "skippy/common/http_worker_pool.h"
 #include "skippy/common/strings.h"
 
 namespace skippy::router {
@@ -90,6 +92,7 @@ struct Router::Counters {
   std::atomic<uint64_t> retries{0};          // sent again to another replica
   std::atomic<uint64_t> unavailable{0};      // answered 503: no replica could take it
   std::atomic<uint64_t> streams_cut{0};      // a replica failed mid-stream: error event sent
+  std::atomic<uint64_t> client_gone{0};      // the client left before its answer began
   std::atomic<uint64_t> prompt_key_failures{0};
   std::atomic<uint64_t> shared_hits{0};      // answers whose prefix a replica fetched from the shared tier
   std::atomic<uint64_t> prompt_tokens{0};    // tokens of prompts routed with a known prompt
@@ -119,7 +122,8 @@ void Router::Stop() {
 Status Router::Run() {
   http_ = std::make_unique<httplib::Server>();
   const size_t threads = static_cast<size_t>(std::max(4, options_.http_threads));
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const size_t most = std::max(threads, static_cast<size_t>(options_.max_connections));
+  http_->new_task_queue = [threads, most] { return new HttpWorkerPool(threads, most, std::max<size_t>(1, most / 4)); };
   http_->set_payload_max_length(64u << 20);
   Routes();
   if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
@@ -238,8 +242,22 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       httplib::Client c(r.host, r.port);
       c.set_connection_timeout(2);
       c.set_read_timeout(options_.read_timeout_seconds);
-      auto got = c.Post(path, ForwardHeaders(req), req.body, "application/json");
+      // The answer is awaited beside the client's connection: a client that leaves closes the
+      // replica's connection too, and the replica cancels the generation.
+      auto pending = std::async(std::launch::async, [&] { return c.Post(path, ForwardHeaders(req), req.body, "application/json"); });
+      bool client_left = false;
+      while (pending.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        if (!client_left && req.is_connection_closed()) {
+          client_left = true;
+          c.stop();
+        }
+      }
+      auto got = pending.get();
       --r.in_flight;
+      if (client_left) {
+        ++counters_->client_gone;
+        return;
+      }
       if (!got) {  // no answer: the replica is down or died mid-request
         ++r.failures;
         r.healthy = false;
@@ -316,7 +334,13 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       return;
     }
     // Held until the replica says something of the answer (a prefill can die with the replica).
-    pipe->cv.wait(lock, [&] { return pipe->committed || pipe->done; });
+    while (!pipe->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return pipe->committed || pipe->done; })) {
+      if (req.is_connection_closed()) {  // the client left: so does the replica's connection
+        pipe->client_gone = true;
+        ++counters_->client_gone;
+        return;
+      }
+    }
     if (!pipe->committed && !pipe->ok) {  // died before the first token: try the next replica
       pipe->client_gone = true;
       ++r.failures;
@@ -434,6 +458,7 @@ json Router::StatsJson() const {
           {"retries", c.retries.load()},
           {"unavailable", c.unavailable.load()},
           {"streams_cut", c.streams_cut.load()},
+          {"client_gone", c.client_gone.load()},
           {"prompt_key_failures", c.prompt_key_failures.load()},
           {"shared_hits", c.shared_hits.load()},
           {"prompt_tokens", c.prompt_tokens.load()},
@@ -467,6 +492,8 @@ std::string Router::MetricsText() const {
   StrAppend(&o, "skippy_router_unavailable_total ", c.unavailable.load(), "\n");
   head("skippy_router_streams_cut_total", "counter", "Streams ended with an error event: the replica failed mid-stream.");
   StrAppend(&o, "skippy_router_streams_cut_total ", c.streams_cut.load(), "\n");
+  head("skippy_router_client_gone_total", "counter", "Requests whose client left before the answer began (the replica's connection closed too).");
+  StrAppend(&o, "skippy_router_client_gone_total ", c.client_gone.load(), "\n");
   head("skippy_router_shared_tier_hits_total", "counter", "Answers whose prefix a replica fetched from the shared tier.");
   StrAppend(&o, "skippy_router_shared_tier_hits_total ", c.shared_hits.load(), "\n");
   head("skippy_router_prompt_key_failures_total", "counter", "Requests routed without knowing their prompt.");

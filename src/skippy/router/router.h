@@ -48,7 +48,8 @@ struct RouterOptions {
   int retries = 2;
   std::chrono::milliseconds health_interval{500};
   int read_timeout_seconds = 600;     // a replica's answer may take this long
-  int http_threads = 64;
+  int http_threads = 64;              // workers always running
+  int max_connections = 1024;         // workers grow up to this; a quarter more wait; then closed
 };
 
 class Router {

@@ -7,6 +7,7 @@
 
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "skippy/common/http_worker_pool.h"
 #include "skippy/common/strings.h"
 #include "skippy/server/response.h"
 
@@ -61,7 +62,10 @@ Status HttpServer::Run() {
   const int threads = options_.http_threads > 0
                           ? options_.http_threads
                           : static_cast<int>(options_.lane_count + options_.queue_size + 8);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  const size_t most = std::max<size_t>(static_cast<size_t>(threads), static_cast<size_t>(options_.max_connections));
+  http_->new_task_queue = [threads, most] {
+    return new HttpWorkerPool(static_cast<size_t>(threads), most, std::max<size_t>(1, most / 4));
+  };
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_read_timeout(options_.io_timeout_seconds);
   http_->set_write_timeout(options_.io_timeout_seconds);
@@ -239,6 +243,7 @@ void HttpServer::CacheStats(const httplib::Request& req, httplib::Response& res)
   j["limits"] = {{"max_body_bytes", options_.max_body_bytes}, {"max_headers", options_.max_headers},
                  {"max_header_bytes", options_.max_header_bytes}, {"max_json_depth", options_.max_json_depth},
                  {"max_messages", options_.max_messages}, {"io_timeout_seconds", options_.io_timeout_seconds},
+                 {"http_threads", options_.http_threads}, {"max_connections", options_.max_connections},
                  {"queue_size", options_.queue_size}, {"cache_ram_mib", options_.cache_ram_mib},
                  {"cache_entries", options_.cache_entries}, {"decoded_ram_mib", options_.decoded_ram_mib},
                  {"decoded_entries", options_.decoded_entries}, {"cache_dir", options_.cache_dir},
@@ -375,6 +380,10 @@ void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httpli
   }
   auto completion = std::make_shared<const Completion>(endpoint, *request, scheduler_->model_name(), n_prompt);
   if (!request->stream) {
+    // A client that leaves frees its lane at the next token, as a stream's does.
+    while (!job->WaitDone(std::chrono::milliseconds(100))) {
+      if (req.is_connection_closed()) job->Cancel();
+    }
     const Job::View v = job->Wait();
     if (v.error) return SendError(res, *v.error);
     return SendJson(res, 200, completion->Body(v));

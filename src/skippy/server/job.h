@@ -74,6 +74,8 @@ class Job {
   // Blocks until the job has more than `have_tokens` tokens or is done, or `timeout` passes.
   View WaitFor(size_t have_tokens, std::chrono::milliseconds timeout);
   View Wait();
+  // Whether the job is done, waiting at most `timeout` for it.
+  bool WaitDone(std::chrono::milliseconds timeout);
 
   void Cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }

@@ -61,7 +61,11 @@ struct ServerOptions {
   uint32_t max_prompt_tokens = 0;   // 0: ctx_per_lane
   uint32_t max_tokens_limit = 0;    // 0: ctx_per_lane
   uint32_t default_max_tokens = 256;
-  int http_threads = 0;             // 0: lanes + queue + 8
+  int http_threads = 0;             // 0: lanes + queue + 8; always running
+  // Connections served at once: the worker pool grows past http_threads up to this (a slow or
+  // idle client holds a worker, so a few of them cannot starve /health), and a quarter of it may
+  // wait for a worker; a connection beyond both is closed at accept.
+  int max_connections = 512;
   // Checked before the work they bound: request headers (count, bytes) before routing, JSON
   // nesting before parsing, chat messages before rendering (431 / 400).
   size_t max_headers = 100;
