@@ -375,3 +375,34 @@ TEST(HardeningSlowClients, ThirtyTwoSlowConnectionsStopNeitherHealthNorARequest)
 }
 
 }  // namespace
+
+namespace {
+
+// With the message limit raised, a long chat costs time linear in its messages: 1,000 of them are
+// rendered, tokenized and refused for the context (or rendered by /apply-template) in well under a
+// second, where rendering and tokenizing every message prefix took about 30 s.
+TEST(HardeningLongChat, AThousandMessagesAreRenderedInLinearTime) {
+  auto server = ServerProcess::Start("llama", {"-c", "1024", "--max-messages", "5000"}, "hardening-chat");
+  ASSERT_NE(server, nullptr);
+  auto c = server->Client();
+  json messages = json::array();
+  for (int i = 0; i < 1000; ++i) {
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", StrCat("message ", i, " says hello")}});
+  }
+  for (const char* path : {"/v1/chat/completions", "/apply-template"}) {
+    json body = {{"messages", messages}};
+    if (std::string(path) != "/apply-template") body["max_tokens"] = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [s, r] = PostJson(*c, path, body);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (std::string(path) == "/apply-template") {
+      EXPECT_EQ(s, 200) << r.dump();
+    } else {
+      EXPECT_EQ(s, 400) << r.dump();  // about 12,000 tokens: over the 1,024-token context
+      EXPECT_NE(r.dump().find("context"), std::string::npos) << r.dump();
+    }
+    EXPECT_LT(took, std::chrono::seconds(1)) << path;
+  }
+}
+
+}  // namespace

@@ -143,7 +143,7 @@ const common_chat_templates* Model::ChatTemplates() const {
 }
 
 StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
-                                  bool add_assistant_prompt) {
+                                  bool add_assistant_prompt, size_t ends) {
   if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role.empty()) return absl::InvalidArgumentError(StrCat("messages[", i, "].role is empty"));
@@ -165,7 +165,8 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
   }
   out.text = whole ? std::move(*whole) : RenderChatMl(messages, messages.size(), add_assistant_prompt);
   // Message boundaries: the rendering of the first i+1 messages, if it is a prefix of the whole.
-  for (size_t i = 0; i + 1 < messages.size(); ++i) {
+  const size_t first = messages.size() - 1 > ends ? messages.size() - 1 - ends : 0;
+  for (size_t i = first; i + 1 < messages.size(); ++i) {
     std::optional<std::string> part = how == How::kJinja     ? RenderJinja(jinja, messages, i + 1, false)
                                       : how == How::kBuiltIn ? RenderWith(tmpl, messages, i + 1, false)
                                                              : std::optional(RenderChatMl(messages, i + 1, false));

@@ -9,9 +9,12 @@
 // (template_name says which: "jinja", "gguf" or "chatml-fallback"). tests/zoo checks the text
 // equals llama-server's /apply-template for every zoo family.
 //
-// message_ends[i] is the byte offset in `text` where message i ends (the rendering of messages
-// [0, i] is a prefix of the whole rendering there); it is omitted (empty) when a template does
-// not render prefixes that way. Callers use it to find message boundaries for record planning.
+// message_ends holds byte offsets in `text` where a message ends (the rendering of the messages up
+// to it is a prefix of the whole rendering there), for the last `ends` messages before the final
+// one, ascending; it is empty when a template does not render prefixes that way. Callers use it
+// for record planning, which needs the last boundary before the final turn. Each end costs one
+// more rendering of the conversation, so the work is linear in the number of messages for a
+// fixed `ends` (rendering every end would be quadratic).
 //
 // Thread-safety: pure functions of an immutable Model.
 #pragma once
@@ -32,11 +35,11 @@ struct ChatMessage {
 struct RenderedChat {
   std::string text;
   std::string template_name;
-  std::vector<size_t> message_ends;  // byte offsets into text; empty if unknown
+  std::vector<size_t> message_ends;  // byte offsets into text, ascending; empty if unknown
 };
 
 // InvalidArgument for no messages or a message with an empty role.
 [[nodiscard]] StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
-                                                bool add_assistant_prompt = true);
+                                                bool add_assistant_prompt = true, size_t ends = 2);
 
 }  // namespace skippy::runtime

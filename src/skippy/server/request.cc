@@ -366,7 +366,7 @@ StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& bod
   if (!m) return absl::InvalidArgumentError("field 'messages' is required");
   GenerationRequest r;
   SKIPPY_RETURN_IF_ERROR(ParseMessages(*m, r, limits));
-  SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, r.messages, true));
+  SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, r.messages, true, /*ends=*/0));
   return chat.text;
 }
 
@@ -378,7 +378,9 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
     if (request.prompt_text->empty()) return absl::InvalidArgumentError("the prompt is empty");
     SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(*request.prompt_text, /*add_special=*/true, /*parse_special=*/true));
   } else {
-    SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, request.messages, true));
+    // Record planning uses the last boundary before the final turn: two ends are looked for (one
+    // spare), so rendering and tokenizing stay linear in the number of messages.
+    SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, request.messages, true, 2));
     SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(chat.text, true, true));
     // A message boundary counts only where tokenizing the prefix text gives a prefix of the tokens.
     for (size_t end : chat.message_ends) {
