@@ -308,10 +308,24 @@ TEST_F(ServerHttp, AuthAndTenantNamespaces) {
   EXPECT_EQ(rb["tokens_cached"], 0) << rb.dump();
   // B's miss reason is what a prompt nobody sent gets: it says nothing of A's cache.
   EXPECT_EQ(rb["skippy"].value("cache_miss_reason", ""), "never-seen") << rb.dump();
-  // Views over every tenant are for keys without a namespace.
-  EXPECT_EQ(b->Get("/cache/stats")->status, 403);
+  // Views over every tenant are for keys without a namespace; B's /cache/stats is its own usage.
   EXPECT_EQ(b->Get("/metrics")->status, 403);
-  EXPECT_EQ(a->Get("/cache/stats")->status, 200);
+  EXPECT_EQ(b->Get("/cache/events")->status, 403);
+  auto bs = b->Get("/cache/stats");
+  ASSERT_TRUE(bs);
+  ASSERT_EQ(bs->status, 200);
+  const json bview = json::parse(bs->body);
+  EXPECT_EQ(bview["namespace"], "tenant-b") << bview.dump();
+  EXPECT_EQ(bview.size(), 2u) << "nothing of the cache as a whole: " << bview.dump();
+  EXPECT_EQ(bview["usage"]["requests"], 1) << bview.dump();
+  EXPECT_EQ(bview["usage"]["cached_tokens"], 0) << bview.dump();
+  EXPECT_EQ(bview["usage"]["prompt_tokens"], rb["tokens_evaluated"]) << bview.dump() << rb.dump();
+  EXPECT_EQ(bview["usage"]["generated_tokens"], 2) << bview.dump();
+  auto as = a->Get("/cache/stats");
+  ASSERT_EQ(as->status, 200);
+  const json aview = json::parse(as->body);
+  EXPECT_TRUE(aview.contains("entries"));
+  EXPECT_EQ(aview["tenants"]["tenant-b"], bview["usage"]) << aview["tenants"].dump();
   json salted = req;
   salted["cache_salt"] = "other-salt";
   auto [ss, rs] = PostJson(*a, "/completion", salted);

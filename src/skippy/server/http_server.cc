@@ -42,6 +42,9 @@ std::string ComposeNamespace(const std::string& key_ns, const std::string& salt)
 }  // namespace
 
 HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)) {
+  std::vector<std::string> namespaces;
+  for (const auto& [key, ns] : options_.api_keys) namespaces.push_back(ns);
+  tenants_ = std::make_unique<TenantUsage>(namespaces);
   std::random_device rd;
   instance_id_ = fmt::format("{:08x}{:08x}", rd(), rd());
 }
@@ -237,8 +240,10 @@ void HttpServer::MetricsText(const httplib::Request& req, httplib::Response& res
 }
 
 void HttpServer::CacheStats(const httplib::Request& req, httplib::Response& res) {
-  if (RefuseNamespacedKey(req, res)) return;
   if (!scheduler_->ready()) return SendError(res, Loading());
+  if (const std::string ns = KeyNamespace(req).value_or(""); !ns.empty()) {
+    return SendJson(res, 200, {{"namespace", ns}, {"usage", tenants_->View(ns)}});
+  }
   json j = scheduler_->CacheStats();
   j["limits"] = {{"max_body_bytes", options_.max_body_bytes}, {"max_headers", options_.max_headers},
                  {"max_header_bytes", options_.max_header_bytes}, {"max_json_depth", options_.max_json_depth},
@@ -255,6 +260,7 @@ void HttpServer::CacheStats(const httplib::Request& req, httplib::Response& res)
   j["lanes"] = g.lanes_total;
   j["lanes_busy"] = g.lanes_busy;
   j["queue_depth"] = g.queue_depth;
+  j["tenants"] = tenants_->All();
   SendJson(res, 200, j);
 }
 
@@ -372,6 +378,9 @@ void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httpli
   const size_t n_prompt = prompt->tokens.size();
   const std::string ns = ComposeNamespace(KeyNamespace(req).value_or(""), request->cache_salt);
   auto job = std::make_shared<Job>(*request, std::move(*prompt), ns, *max_tokens);
+  job->OnDone([usage = tenants_.get(), key_ns = KeyNamespace(req).value_or("")](const Job::View& v) {
+    usage->Count(key_ns, v);
+  });
   if (Status st = scheduler_->Submit(job); !st.ok()) {
     const bool full = st.code() == absl::StatusCode::kResourceExhausted;
     if (full) metrics_.CountRejected();

@@ -7,7 +7,7 @@
 //   POST /v1/chat/completions  OpenAI chat completions (the GGUF's chat template, ChatML fallback)
 //   POST /completion           llama-server's endpoint (n_predict, content, tokens_cached, timings)
 //   GET  /metrics              Prometheus text
-//   GET  /cache/stats          cache statistics (JSON)
+//   GET  /cache/stats          cache statistics (JSON); a namespaced key sees its own usage only
 //   POST /cache/clear          {"cache_salt": s} clears one namespace; {} clears the caller's
 //                              namespace ("" salt) when its API key has one, else everything
 // Every generation endpoint streams Server-Sent Events with "stream": true.
@@ -15,7 +15,8 @@
 // Auth: with --api-key, every endpoint but /health needs "Authorization: Bearer KEY" (or
 // "x-api-key: KEY"); otherwise 401 with an OpenAI-style error body. A key given as KEY:NAMESPACE
 // puts its requests in that cache namespace; a request's cache_salt is a namespace inside it.
-// Tenants never share cache entries across namespaces.
+// Tenants never share cache entries across namespaces; /metrics and /cache/events, which cover
+// every tenant, answer 403 to a key with a namespace.
 //
 // Errors: every 4xx/5xx carries {"error": {"message", "type", "code"}}. Rejections for a full
 // queue are 503 with Retry-After.
@@ -34,6 +35,7 @@
 #include "skippy/server/request.h"
 #include "skippy/server/scheduler.h"
 #include "skippy/server/server_options.h"
+#include "skippy/server/tenant_usage.h"
 
 namespace httplib {
 class Server;
@@ -62,13 +64,15 @@ class HttpServer {
   // The request envelope against the limits (header count and bytes, Content-Length, no chunked
   // bodies), before routing and before the body is read: the error to answer, if any.
   std::optional<ApiError> CheckEnvelope(const httplib::Request& req) const;
-  // /metrics and /cache/stats cover every tenant: a key with a namespace gets 403 (true: answered).
+  // /metrics and /cache/events cover every tenant: a key with a namespace gets 403 (true: answered).
   bool RefuseNamespacedKey(const httplib::Request& req, httplib::Response& res) const;
   RequestLimits Limits() const { return {options_.max_json_depth, options_.max_messages}; }
 
   void Health(const httplib::Request& req, httplib::Response& res);
   void Models(const httplib::Request& req, httplib::Response& res);
   void MetricsText(const httplib::Request& req, httplib::Response& res);
+  // GET /cache/stats: the whole cache, limits and every tenant's usage for a key without a
+  // namespace; for a key with one, that namespace's own usage only (TenantUsage).
   void CacheStats(const httplib::Request& req, httplib::Response& res);
   void CacheClear(const httplib::Request& req, httplib::Response& res);
   void ApplyTemplateRoute(const httplib::Request& req, httplib::Response& res);
@@ -82,11 +86,12 @@ class HttpServer {
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
 
   ServerOptions options_;
-  std::set<std::string, std::less<>> routes_;
+  std::set<std::string, std::less<>> routes_;  // the paths of the route table (metrics labels)
   // Random per process: a router following /cache/events tells a restarted replica (empty RAM)
   // from a reconnect.
-  std::string instance_id_;  // the paths of the route table (metrics labels)
+  std::string instance_id_;
   Metrics metrics_;
+  std::unique_ptr<TenantUsage> tenants_;  // per API-key namespace (GET /cache/stats)
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;
   std::thread loader_;

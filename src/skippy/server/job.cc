@@ -81,6 +81,8 @@ void Job::Finish(std::string finish_reason, std::optional<ApiError> error, const
   view_.finish_reason = std::move(finish_reason);
   view_.error = std::move(error);
   view_.timings = timings;
+  // Before the waiters wake: whatever the client learns next already counts this job.
+  if (on_done_) on_done_(view_);
   cv_.notify_all();
 }
 

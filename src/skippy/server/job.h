@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -77,6 +78,11 @@ class Job {
   // Whether the job is done, waiting at most `timeout` for it.
   bool WaitDone(std::chrono::milliseconds timeout);
 
+  // Called once with the final view when the job finishes, on the thread that finishes it and
+  // under the job's lock (keep it short; never call back into the job). Set before the job is
+  // submitted.
+  void OnDone(std::function<void(const View&)> f) { on_done_ = std::move(f); }
+
   void Cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
@@ -95,6 +101,7 @@ class Job {
   int64_t max_tokens_;
   Clock::time_point arrival_;
   std::atomic<bool> cancelled_{false};
+  std::function<void(const View&)> on_done_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
