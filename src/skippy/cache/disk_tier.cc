@@ -186,7 +186,7 @@ StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& option
   }
   std::unique_ptr<DiskTier> tier(new DiskTier(options, identity, fd));
   SKIPPY_RETURN_IF_ERROR(tier->Load());
-  tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
+  tier->writer_.Start([t = tier.get()](TierWriter::Pending p) { t->Write(std::move(p)); });
   return tier;
 }
 
@@ -194,27 +194,18 @@ DiskTier::DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& id
     : options_(options),
       identity_(identity),
       identity_encoding_(PrefixScope{identity, ""}.CanonicalEncoding()),
-      lock_fd_(lock_fd) {
+      lock_fd_(lock_fd),
+      writer_(options.max_queued_bytes) {
   stats_.dir = options.dir;
   stats_.capacity_bytes = options.max_bytes;
 }
 
 DiskTier::~DiskTier() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  writer_.Stop();  // writes what is queued
   ::close(lock_fd_);  // releases the flock
 }
 
 PrefixScope DiskTier::ScopeOf(const std::string& ns) const { return PrefixScope{identity_, ns}; }
-
-uint64_t DiskTier::Generation(const std::string& ns) const {
-  auto it = generations_.find(ns);
-  return (global_generation_ << 32) + (it == generations_.end() ? 0 : it->second);
-}
 
 Status DiskTier::Load() {
   const fs::path dir(options_.dir);
@@ -387,42 +378,18 @@ bool DiskTier::Put(PrefixRecord record, std::vector<uint8_t> bytes) {
       ++stats_.write_skips;
       return false;
     }
-    if (bytes.size() > options_.max_bytes || stats_.queued_bytes + bytes.size() > options_.max_queued_bytes) {
+    const uint64_t epoch = epochs_.Of(record.tenant_namespace);
+    if (bytes.size() > options_.max_bytes || !writer_.Enqueue({std::move(record), std::move(bytes), epoch})) {
       ++stats_.write_drops;
       return false;
     }
-    stats_.queued_bytes += bytes.size();
-    const uint64_t gen = Generation(record.tenant_namespace);
-    queue_.push_back({std::move(record), std::move(bytes), gen});
   }
-  cv_.notify_one();
   return true;
 }
 
-void DiskTier::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
-}
+void DiskTier::Flush() { writer_.Flush(); }
 
-void DiskTier::WriterLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and everything queued is written
-    Pending p = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    lock.unlock();
-    const uint64_t n = p.bytes.size();
-    Write(std::move(p));
-    lock.lock();
-    stats_.queued_bytes -= n;
-    writing_ = false;
-    idle_cv_.notify_all();
-  }
-}
-
-void DiskTier::Write(Pending p) {
+void DiskTier::Write(TierWriter::Pending p) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(options_.dir);
   const PrefixRecord& r = p.record;
@@ -434,7 +401,7 @@ void DiskTier::Write(Pending p) {
   const std::string name = StrCat(HexOf(EntryKey(identity_encoding_, r)), kSuffix);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Generation(r.tenant_namespace) != p.generation ||
+    if (epochs_.Of(r.tenant_namespace) != p.epoch ||
         index_.FindExact(ScopeOf(r.tenant_namespace), r.tokens, r.kind)) {
       ++stats_.write_skips;
       return;
@@ -470,7 +437,7 @@ void DiskTier::Write(Pending p) {
   desc.bytes = file_bytes;
   desc.exact_only = r.exact_only;
   desc.recompute_cost = static_cast<double>(r.tokens.size());
-  auto id = Generation(r.tenant_namespace) == p.generation ? index_.Insert(ScopeOf(r.tenant_namespace), r.tokens, desc)
+  auto id = epochs_.Of(r.tenant_namespace) == p.epoch ? index_.Insert(ScopeOf(r.tenant_namespace), r.tokens, desc)
                                                            : StatusOr<EntryId>(absl::AbortedError("cleared"));
   if (!id.ok()) {  // cleared while it was written
     ::unlink(final_path.c_str());
@@ -516,11 +483,7 @@ void DiskTier::RemoveLocked(EntryId id, bool evicted) {
 
 size_t DiskTier::Clear(const std::optional<std::string>& ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ns) {
-    ++generations_[*ns];
-  } else {
-    ++global_generation_;
-  }
+  epochs_.Raise(ns);
   std::vector<EntryId> ids;
   for (const auto& [id, s] : stored_) {
     if (!ns || s.tenant_namespace == *ns) ids.push_back(id);
@@ -532,6 +495,7 @@ size_t DiskTier::Clear(const std::optional<std::string>& ns) {
 DiskTierStats DiskTier::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   DiskTierStats s = stats_;
+  s.queued_bytes = writer_.queued_bytes();
   s.entries = stored_.size();
   s.bytes = bytes_;
   s.foreign_entries = foreign_.size();

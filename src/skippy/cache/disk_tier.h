@@ -21,7 +21,7 @@
 // Read verifies the payload's checksum and that the file still holds the entry looked up; a
 // mismatch is a miss that removes the entry and counts it (DataLoss), never bytes handed on.
 //
-// Writes are asynchronous: Put queues a copy of the bytes and one writer thread writes them
+// Writes are asynchronous: Put queues a copy of the bytes (TierWriter) and its thread writes them
 // (temporary file, fsync, rename, fsync of the directory), evicting least-recently-used entries
 // to stay under the byte cap and skipping a write that would leave less than min_free_bytes free
 // on the filesystem. A full queue drops the write (counted); the entry stays in RAM only.
@@ -33,7 +33,6 @@
 // internal lock.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -42,7 +41,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "skippy/cache/batch_classes.h"
@@ -50,6 +48,7 @@
 #include "skippy/cache/prefix_identity.h"
 #include "skippy/cache/prefix_tier.h"
 #include "skippy/cache/radix_index.h"
+#include "skippy/cache/tier_writer.h"
 #include "skippy/common/status.h"
 
 namespace skippy::cache {
@@ -113,11 +112,6 @@ class DiskTier final : public PrefixTier {
   DiskTierStats Stats() const;
 
  private:
-  struct Pending {
-    PrefixRecord record;
-    std::vector<uint8_t> bytes;
-    uint64_t generation = 0;  // of its namespace when queued (Clear raises it)
-  };
   struct Stored {
     std::string file;  // under entries/
     std::string tenant_namespace;
@@ -133,9 +127,7 @@ class DiskTier final : public PrefixTier {
   DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity, int lock_fd);
   Status Load();
   PrefixScope ScopeOf(const std::string& tenant_namespace) const;
-  uint64_t Generation(const std::string& tenant_namespace) const;  // REQUIRES: mu_ held
-  void WriterLoop();
-  void Write(Pending p);
+  void Write(TierWriter::Pending p);  // on the writer's thread
   // Evicts until `incoming` more bytes fit; false when they cannot. REQUIRES: mu_ held.
   bool MakeRoom(uint64_t incoming);
   void RemoveLocked(EntryId id, bool evicted);  // REQUIRES: mu_ held
@@ -150,16 +142,10 @@ class DiskTier final : public PrefixTier {
   std::map<EntryId, Stored> stored_;
   std::deque<Foreign> foreign_;  // oldest first: evicted before this identity's entries
   uint64_t bytes_ = 0;
-  std::map<std::string, uint64_t> generations_;
-  uint64_t global_generation_ = 0;
+  ClearEpochs epochs_;
   DiskTierStats stats_;
 
-  std::condition_variable cv_;        // the queue changed
-  std::condition_variable idle_cv_;   // the writer finished an entry
-  std::deque<Pending> queue_;
-  bool writing_ = false;
-  bool stop_ = false;
-  std::thread writer_;
+  TierWriter writer_;  // last: stopped first (in ~DiskTier), while what Write uses still exists
 };
 
 }  // namespace skippy::cache

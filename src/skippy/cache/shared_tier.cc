@@ -174,7 +174,7 @@ StatusOr<std::unique_ptr<SharedTier>> SharedTier::Open(const SharedTierOptions& 
     // A refused or missing password is a configuration error; an unreachable Redis is not.
     if (auto s = tier->read_link_->Run({{"PING"}}); absl::IsPermissionDenied(s.status())) return s.status();
   }
-  tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
+  tier->writer_.Start([t = tier.get()](TierWriter::Pending p) { t->Write(std::move(p)); });
   tier->events_ = std::thread([t = tier.get()] { t->EventLoop(); });
   // Returns once the subscriber has subscribed and built the mirror (or failed to: Redis down),
   // so no entry stored after Open returns is missed. Each step has its deadline.
@@ -192,17 +192,17 @@ SharedTier::SharedTier(const SharedTierOptions& options, const CacheConfigIdenti
       set_key_(StrCat(options_.key_prefix, ":", identity_hex_, ":set")),
       channel_(StrCat(options_.key_prefix, ":", identity_hex_, ":ev")),
       read_link_(std::make_unique<RedisLink>(options_)),
-      write_link_(std::make_unique<RedisLink>(options_)) {
+      write_link_(std::make_unique<RedisLink>(options_)),
+      writer_(options.max_queued_bytes) {
   stats_.endpoint = options.Endpoint();
 }
 
 SharedTier::~SharedTier() {
+  writer_.Stop();  // writes what is queued (each write bounded by its deadline)
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
   {
     std::lock_guard<std::mutex> lock(event_mu_);
     if (event_fd_ >= 0) ::shutdown(event_fd_, SHUT_RDWR);  // ends the subscriber's blocking read
@@ -218,11 +218,6 @@ std::string SharedTier::BlockKey(const std::string& ns, const Hash128Value& h) c
   return StrCat(options_.key_prefix, ":b:", NamespaceHex(ns), ":", HexOf(h));
 }
 PrefixScope SharedTier::ScopeOf(const std::string& ns) const { return PrefixScope{identity_, ns}; }
-
-uint64_t SharedTier::Generation(const std::string& ns) const {
-  auto it = generations_.find(ns);
-  return (global_generation_ << 32) + (it == generations_.end() ? 0 : it->second);
-}
 
 void SharedTier::Learn(const std::string& key, std::string_view manifest) {
   StatusOr<EntryHead> head = ParseEntryHead(kManifestFormat, manifest);
@@ -409,42 +404,18 @@ bool SharedTier::Put(PrefixRecord record, std::vector<uint8_t> bytes) {
       ++stats_.write_skips;
       return false;
     }
-    if (stats_.queued_bytes + bytes.size() > options_.max_queued_bytes) {
+    const uint64_t epoch = epochs_.Of(record.tenant_namespace);
+    if (!writer_.Enqueue({std::move(record), std::move(bytes), epoch})) {
       ++stats_.write_drops;
       return false;
     }
-    stats_.queued_bytes += bytes.size();
-    const uint64_t gen = Generation(record.tenant_namespace);
-    queue_.push_back({std::move(record), std::move(bytes), gen});
   }
-  cv_.notify_one();
   return true;
 }
 
-void SharedTier::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
-}
+void SharedTier::Flush() { writer_.Flush(); }
 
-void SharedTier::WriterLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;
-    Pending p = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    lock.unlock();
-    const uint64_t n = p.bytes.size();
-    Write(std::move(p));
-    lock.lock();
-    stats_.queued_bytes -= n;
-    writing_ = false;
-    idle_cv_.notify_all();
-  }
-}
-
-void SharedTier::Write(Pending p) {
+void SharedTier::Write(TierWriter::Pending p) {
   const auto t0 = Clock::now();
   const PrefixRecord& r = p.record;
   EntryHead head{identity_encoding_, r, p.bytes.size(), {}, {}};
@@ -458,7 +429,7 @@ void SharedTier::Write(Pending p) {
   const std::string key = HexOf(EntryKey(identity_encoding_, r));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Generation(r.tenant_namespace) != p.generation || by_key_.count(key)) {
+    if (epochs_.Of(r.tenant_namespace) != p.epoch || by_key_.count(key)) {
       ++stats_.write_skips;
       return;
     }
@@ -494,7 +465,7 @@ void SharedTier::Write(Pending p) {
   bool cleared = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cleared = Generation(r.tenant_namespace) != p.generation;
+    cleared = epochs_.Of(r.tenant_namespace) != p.epoch;
     ++stats_.writes;
     stats_.blocks_written += sent;
     stats_.blocks_deduplicated += head.blocks.size() - sent;
@@ -511,11 +482,7 @@ size_t SharedTier::Clear(const std::optional<std::string>& ns) {
   std::vector<Known> removed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ns) {
-      ++generations_[*ns];
-    } else {
-      ++global_generation_;
-    }
+    epochs_.Raise(ns);
     std::vector<EntryId> ids;
     for (const auto& [id, k] : known_) {
       if (!ns || k.head.record.tenant_namespace == *ns) ids.push_back(id);
@@ -568,14 +535,14 @@ void SharedTier::OnEvent(std::string_view m) {
       return;
     case 'C': {
       std::lock_guard<std::mutex> lock(mu_);
-      if (arg == "*") ++global_generation_;
+      if (arg == "*") epochs_.Raise(std::nullopt);
       std::vector<EntryId> ids;
       for (const auto& [id, k] : known_) {
         const std::string& ns = k.head.record.tenant_namespace;
         if (arg == "*" || NamespaceHex(ns) == arg) ids.push_back(id);
       }
       for (EntryId id : ids) {
-        if (arg != "*") ++generations_[known_.at(id).head.record.tenant_namespace];
+        if (arg != "*") epochs_.Raise(known_.at(id).head.record.tenant_namespace);
         ForgetLocked(id);
       }
       return;
@@ -652,6 +619,7 @@ SharedTierStats SharedTier::Stats() const {
     s.entries = known_.size();
   }
   s.connected = connected_.load();
+  s.queued_bytes = writer_.queued_bytes();
   return s;
 }
 

@@ -30,7 +30,7 @@
 // Open succeeds while Redis is down (the tier connects later); it fails only for bad options or a
 // password that Redis refuses.
 //
-// Writes are asynchronous: Put queues a copy and one writer thread stores the blocks Redis does
+// Writes are asynchronous: Put queues a copy (TierWriter) and its thread stores the blocks Redis does
 // not have yet (EXISTS first, so a prefix recorded by several replicas crosses the network once),
 // then the manifest, the set member and the event.
 //
@@ -41,7 +41,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +54,7 @@
 #include "skippy/cache/prefix_identity.h"
 #include "skippy/cache/prefix_tier.h"
 #include "skippy/cache/radix_index.h"
+#include "skippy/cache/tier_writer.h"
 #include "skippy/common/status.h"
 
 namespace skippy::cache {
@@ -127,11 +127,6 @@ class SharedTier final : public PrefixTier {
   SharedTierStats Stats() const;
 
  private:
-  struct Pending {
-    PrefixRecord record;
-    std::vector<uint8_t> bytes;
-    uint64_t generation = 0;
-  };
   struct Known {
     std::string key;       // EntryKey, hex
     Hash128Value manifest_hash;
@@ -143,7 +138,6 @@ class SharedTier final : public PrefixTier {
   std::string ManifestKey(const std::string& key) const;
   std::string BlockKey(const std::string& tenant_namespace, const Hash128Value& h) const;
   PrefixScope ScopeOf(const std::string& tenant_namespace) const;
-  uint64_t Generation(const std::string& tenant_namespace) const;  // REQUIRES: mu_ held
 
   // Parses a manifest fetched for `key` and adds it to the mirror (no-op when known).
   void Learn(const std::string& key, std::string_view manifest);
@@ -155,8 +149,7 @@ class SharedTier final : public PrefixTier {
   void Drop(const Known& k);
   void EventLoop();
   void OnEvent(std::string_view message);
-  void WriterLoop();
-  void Write(Pending p);
+  void Write(TierWriter::Pending p);  // on the writer's thread
 
   const SharedTierOptions options_;
   const CacheConfigIdentity identity_;
@@ -174,16 +167,11 @@ class SharedTier final : public PrefixTier {
   RadixIndex index_;
   std::map<EntryId, Known> known_;
   std::map<std::string, EntryId> by_key_;
-  std::map<std::string, uint64_t> generations_;
-  uint64_t global_generation_ = 0;
+  ClearEpochs epochs_;
   SharedTierStats stats_;
+  bool stop_ = false;  // the event thread ends
 
-  std::condition_variable cv_;
-  std::condition_variable idle_cv_;
-  std::deque<Pending> queue_;
-  bool writing_ = false;
-  bool stop_ = false;
-  std::thread writer_;
+  TierWriter writer_;  // stopped first (in ~SharedTier), while what Write uses still exists
 
   bool first_sync_done_ = false;          // the subscriber's first attempt is over (Open waits for it)
   std::atomic<bool> connected_{false};     // subscribed, and the mirror rebuilt since
