@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of skippy's input parsers with libFuzzer (AddressSanitizer and
-# UndefinedBehaviorSanitizer on): request bodies (fuzz/request_fuzz.cc), sequence-state bytes
-# (fuzz/state_fuzz.cc) and damaged disk tier entry files (fuzz/disk_entry_fuzz.cc). Installs clang and its runtime from Debian if missing, builds the whole
+# UndefinedBehaviorSanitizer on): request bodies (fuzz/request_fuzz.cc), chat requests through
+# the template and tokenizer (fuzz/chat_fuzz.cc), sequence-state bytes (fuzz/state_fuzz.cc),
+# damaged disk tier entry files (fuzz/disk_entry_fuzz.cc) and GGUF files (fuzz/gguf_fuzz.cc).
+# Installs clang and its runtime from Debian if missing, builds the whole
 # tree with clang into build-fuzz/ (llama.cpp itself is the cached GCC build, not instrumented),
 # then runs each target for SECONDS (default 600). New inputs go to build-fuzz/new-corpus/TARGET;
 # crashes to build-fuzz/crashes/TARGET/ and the script exits non-zero. Copy inputs worth keeping
 # into fuzz/corpus/TARGET: the test suite replays that corpus (label fuzz).
 #
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET ...]     (targets: request state disk_entry; default: all)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET ...]     (targets: request chat state disk_entry gguf;
+#                                                    default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(request state disk_entry)
+[ ${#targets[@]} -eq 0 ] && targets=(request chat state disk_entry gguf)
 
 eval "$(SKIPPY_APT_EXTRA="clang-14 libclang-rt-14-dev" scripts/bootstrap.sh)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
