@@ -272,6 +272,16 @@ TEST_F(ServerHttp, MetricsAndCacheAdmin) {
   json stats = json::parse(st->body);
   EXPECT_GE(stats["entries"].get<int>(), 1);
   EXPECT_EQ(stats["payload"], "resident-kv");
+  // Every kind of cached data in memory is shown beside its cap, and the sums hold.
+  const json& mem = stats["memory"];
+  EXPECT_GT(mem["decoded_bytes"].get<uint64_t>(), 0u) << mem.dump();
+  EXPECT_EQ(mem["decoded_bytes"], stats["decoded_results"]["bytes"]);
+  EXPECT_EQ(mem["decoded_capacity_bytes"], stats["decoded_results"]["capacity_bytes"]);
+  EXPECT_EQ(mem["payload_capacity_bytes"], stats["payload_store"]["capacity_bytes"]);
+  EXPECT_EQ(mem["bytes"].get<uint64_t>(), mem["payload_bytes"].get<uint64_t>() + mem["decoded_bytes"].get<uint64_t>());
+  EXPECT_EQ(mem["capacity_bytes"].get<uint64_t>(),
+            mem["payload_capacity_bytes"].get<uint64_t>() + mem["decoded_capacity_bytes"].get<uint64_t>());
+  EXPECT_LE(mem["decoded_bytes"].get<uint64_t>(), mem["decoded_capacity_bytes"].get<uint64_t>());
 
   auto [cs, cleared] = PostJson(*c, "/cache/clear", json::object());
   ASSERT_EQ(cs, 200) << cleared.dump();

@@ -5,7 +5,10 @@
 
 namespace skippy::cache {
 
-DecodedResultCache::DecodedResultCache(DecodedResultOptions options) : options_(options) {}
+DecodedResultCache::DecodedResultCache(DecodedResultOptions options) : options_(options) {
+  stats_.capacity_entries = options.max_entries;
+  stats_.capacity_bytes = options.max_bytes;
+}
 
 uint64_t DecodedResultCache::KeyOf(const PrefixScope& scope, std::span<const Token> tokens) {
   return HashTokens(tokens, scope.Fingerprint());

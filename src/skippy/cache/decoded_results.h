@@ -35,6 +35,8 @@ struct DecodedResultStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t evictions = 0;
+  size_t capacity_entries = 0;  // the caps, from DecodedResultOptions
+  uint64_t capacity_bytes = 0;
 };
 
 class DecodedResultCache {

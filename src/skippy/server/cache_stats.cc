@@ -84,7 +84,17 @@ nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
         {"physical_bytes", s.tier.physical_bytes}, {"saved_bytes", saved}, {"capacity_bytes", s.tier.capacity_bytes},
         {"evictions", s.tier.evictions}}},
       {"decoded_results",
-       {{"entries", d.entries}, {"bytes", d.bytes}, {"hits", d.hits}, {"misses", d.misses}, {"evictions", d.evictions}}},
+       {{"entries", d.entries}, {"bytes", d.bytes}, {"hits", d.hits}, {"misses", d.misses}, {"evictions", d.evictions},
+        {"capacity_entries", d.capacity_entries}, {"capacity_bytes", d.capacity_bytes}}},
+      // Every kind of cached data held in memory, each beside its cap (the disk and shared tiers
+      // are not memory and keep their own caps above).
+      {"memory",
+       {{"payload_bytes", s.tier.physical_bytes},
+        {"payload_capacity_bytes", s.tier.capacity_bytes},
+        {"decoded_bytes", d.bytes},
+        {"decoded_capacity_bytes", d.capacity_bytes},
+        {"bytes", s.tier.physical_bytes + d.bytes},
+        {"capacity_bytes", s.tier.capacity_bytes + d.capacity_bytes}}},
   };
 }
 
