@@ -90,7 +90,7 @@ Status HttpServer::Run() {
     }
     std::fprintf(stderr, "skippy-server: model loaded in %.0f ms; serving %s on %u lanes, cache %s\n",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                 scheduler_->model_name().c_str(), options_.lane_count, options_.cache_enabled ? "on" : "off");
+                 scheduler_->model_name().c_str(), options_.lane_count, scheduler_->cache_serving() ? "on" : "off");
   });
   http_->listen_after_bind();
   if (loader_.joinable()) loader_.join();

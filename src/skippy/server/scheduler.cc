@@ -181,6 +181,8 @@ StatusOr<size_t> Scheduler::ClearCache(const std::optional<std::string>& ns) {
   return fut.get();
 }
 
+bool Scheduler::cache_serving() const { return cache_ && cache_->Stats().enabled; }
+
 nlohmann::json Scheduler::CacheStats() const {
   if (!ready_) return nlohmann::json::object();
   nlohmann::json j = CacheStatsJson(cache_->Stats());

@@ -63,6 +63,8 @@ class Scheduler {
   // Valid once ready().
   const runtime::Model& model() const { return engine_->model(); }
   const std::string& model_name() const { return model_name_; }
+  // Whether hits are served: the --no-cache choice and the startup checks together.
+  bool cache_serving() const;
   const ServerOptions& options() const { return options_; }
   // Per-request context: the longest prompt + generation a lane may hold.
   uint32_t lane_context() const { return options_.ctx_per_lane; }
