@@ -120,6 +120,21 @@ StatusOr<std::vector<TensorShape>> DiscoverTensors(gguf_context* ctx, const zoo:
   return unique;
 }
 
+// The loader accepts some tensors in two layouts and builds its graph from one. Qwen3Next's gated
+// delta-net input projection is the fused pair attn_qkv + attn_gate (read whenever present) or the
+// legacy ssm_in, which is then never read: writing both leaves a dead tensor, which llama-imatrix
+// never sees, so llama-quantize refuses the IQ1/IQ2 formats for the model. Keep the layout the
+// graph reads, as a converted GGUF does.
+void DropUnreadAlternatives(std::vector<TensorShape>& shapes) {
+  std::set<std::string> names;
+  for (const TensorShape& s : shapes) names.insert(s.name);
+  std::erase_if(shapes, [&](const TensorShape& s) {
+    const size_t at = s.name.find(".ssm_in.");
+    return s.name.starts_with("blk.") && at != std::string::npos &&
+           names.contains(s.name.substr(0, at) + ".attn_qkv.weight");
+  });
+}
+
 // --- deterministic weights ---------------------------------------------------------------------
 
 struct SplitMix64 {
@@ -235,6 +250,7 @@ StatusOr<SyntheticModelInfo> WriteSyntheticModel(const zoo::FamilySpec& family, 
   uint32_t n_vocab = 0;
   SKIPPY_ASSIGN_OR_RETURN(GgufPtr ctx, BuildContext(family, preset, vocab_dir, &n_vocab));
   SKIPPY_ASSIGN_OR_RETURN(std::vector<TensorShape> shapes, DiscoverTensors(ctx.get(), family));
+  DropUnreadAlternatives(shapes);
   SKIPPY_ASSIGN_OR_RETURN(std::string digest, SyntheticSpecDigest(family, preset, vocab_dir));
   gguf_set_val_str(ctx.get(), "skippy.zoo.spec_digest", digest.c_str());
 

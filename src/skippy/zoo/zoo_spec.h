@@ -118,6 +118,6 @@ StatusOr<Metadata> BuildMetadata(const FamilySpec& family, Preset preset);
 uint64_t ApproxParameterCount(const FamilySpec& family, const Dims& dims, uint64_t n_vocab);
 
 // Bump when the generator's output changes for the same table (weights init, writer layout).
-inline constexpr uint32_t kGeneratorVersion = 1;
+inline constexpr uint32_t kGeneratorVersion = 2;  // 2: no unread legacy ssm_in beside attn_qkv
 
 }  // namespace skippy::zoo
