@@ -3,6 +3,7 @@
 // attention on), and it can fail: on the stock kernels with flash attention on, cuts down to 2-row
 // batches change the logits of every family whose attention reaches the tiled kernel. With flash attention on it also proves the short class:
 // rows after a long batch give the same logits in one short batch or cut into several.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "skippy/certify/batch_split.h"
@@ -47,7 +48,8 @@ TEST_P(BatchSplit, RuleHoldsWithFlashAttentionOnAndOff) {
     // (cache::BatchClasses); every such cut must match one short batch.
     EXPECT_EQ(r->short_cuts.size(), e->MinExactBatch() > 2 ? 5u : 0u);
     for (size_t i = 0; i < r->short_cuts.size(); ++i) {
-      EXPECT_TRUE(r->short_prompt_equal[i] && r->short_decode_equal[i]) << GetParam() << " short cut " << i;
+      EXPECT_TRUE(r->short_prompt_equal[i] && r->short_state_equal[i] && r->short_decode_equal[i])
+          << GetParam() << " short cut " << i;
       EXPECT_LT(r->short_cuts[i].back(), e->MinExactBatch());
     }
     EXPECT_EQ(e->SequenceLength(0), 0) << "the check leaves the lane empty";
@@ -70,7 +72,9 @@ TEST(BatchSplitCheck, FailsWhenBatchesCrossTheFlashAttentionTile) {
     auto r = skippy::certify::CheckBatchSplits(*e, 0, 2);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_FALSE(r->pass) << family << ": " << r->ToJson().dump();
-    EXPECT_TRUE(r->prompt_equal[0]) << "the reference equals itself";
+    EXPECT_TRUE(r->prompt_equal[0] && r->state_equal[0]) << "the reference equals itself";
+    // The state comparison has teeth too: the short batches' KV differs from the reference's.
+    EXPECT_NE(std::count(r->state_equal.begin(), r->state_equal.end(), false), 0) << family << ": " << r->ToJson().dump();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "skippy/cache/batch_classes.h"
+#include "skippy/cache/payload_kind.h"
 #include "skippy/certify/logits.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
@@ -77,12 +78,13 @@ nlohmann::json BatchSplitReport::ToJson() const {
   nlohmann::json j = {{"min_batch", min_batch}, {"n_tokens", n_tokens}, {"pass", pass}, {"cuts", nlohmann::json::array()}};
   for (size_t i = 0; i < cuts.size(); ++i) {
     j["cuts"].push_back({{"batches", cuts[i]}, {"prompt_logits_equal", bool(prompt_equal[i])},
-                         {"decode_logits_equal", bool(decode_equal[i])}});
+                         {"state_equal", bool(state_equal[i])}, {"decode_logits_equal", bool(decode_equal[i])}});
   }
   if (!short_cuts.empty()) {
     j["short_cuts"] = nlohmann::json::array();
     for (size_t i = 0; i < short_cuts.size(); ++i) {
       j["short_cuts"].push_back({{"batches", short_cuts[i]}, {"prompt_logits_equal", bool(short_prompt_equal[i])},
+                                 {"state_equal", bool(short_state_equal[i])},
                                  {"decode_logits_equal", bool(short_decode_equal[i])}});
     }
   }
@@ -93,19 +95,23 @@ namespace {
 
 struct CutResults {
   std::vector<std::vector<size_t>> cuts;
-  std::vector<bool> prompt_equal, decode_equal;
+  std::vector<bool> prompt_equal, state_equal, decode_equal;
   bool pass() const {
-    return std::all_of(prompt_equal.begin(), prompt_equal.end(), [](bool b) { return b; }) &&
-           std::all_of(decode_equal.begin(), decode_equal.end(), [](bool b) { return b; });
+    auto all = [](const std::vector<bool>& v) { return std::all_of(v.begin(), v.end(), [](bool b) { return b; }); };
+    return all(prompt_equal) && all(state_equal) && all(decode_equal);
   }
 };
 
 // Prefills `tokens` under each cut (cuts[0] the reference), decodes one more token after each, and
-// compares both logits with the reference's.
+// compares both logits and the sequence's whole state after the prefill (every position's K and V,
+// recurrent state) with the reference's. The state catches a row computed in other bits that the
+// logits can hide: a product that re-quantizes its input to 8 bits (K-quant and IQ weights) often
+// rounds a last-bit difference away, and it then surfaces only on another prompt.
 StatusOr<CutResults> RunCuts(runtime::Engine& engine, int32_t lane, std::span<const Token> tokens,
                              const std::vector<std::vector<size_t>>& cuts) {
   CutResults r;
   std::vector<float> ref_prompt, ref_decode;
+  std::vector<uint8_t> ref_state;
   Token next = 0;
   for (const auto& cut : cuts) {
     SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
@@ -116,13 +122,16 @@ StatusOr<CutResults> RunCuts(runtime::Engine& engine, int32_t lane, std::span<co
       pos += len;
     }
     if (r.cuts.empty()) next = Argmax(logits);
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> state, engine.ExportState(lane, cache::PayloadKind::kFullState));
     SKIPPY_ASSIGN_OR_RETURN(std::vector<float> after, engine.Decode(lane, std::span(&next, 1), static_cast<int32_t>(pos)));
     if (r.cuts.empty()) {
       ref_prompt = logits;
       ref_decode = after;
+      ref_state = state;
     }
     r.cuts.push_back(cut);
     r.prompt_equal.push_back(BytesEqual(ref_prompt, logits));
+    r.state_equal.push_back(state == ref_state);
     r.decode_equal.push_back(BytesEqual(ref_decode, after));
   }
   return r;
@@ -145,6 +154,7 @@ StatusOr<BatchSplitReport> RunAllCuts(runtime::Engine& engine, int32_t lane, siz
   r.pass = whole.pass();
   r.cuts = std::move(whole.cuts);
   r.prompt_equal = std::move(whole.prompt_equal);
+  r.state_equal = std::move(whole.state_equal);
   r.decode_equal = std::move(whole.decode_equal);
   if (m > cache::BatchClasses::kMinShortBatch) {
     // A short run after a long one (cache::BatchClasses): its rows (as many as the longest short
@@ -165,6 +175,7 @@ StatusOr<BatchSplitReport> RunAllCuts(runtime::Engine& engine, int32_t lane, siz
     r.pass = r.pass && tail.pass();
     r.short_cuts = std::move(tail.cuts);
     r.short_prompt_equal = std::move(tail.prompt_equal);
+    r.short_state_equal = std::move(tail.state_equal);
     r.short_decode_equal = std::move(tail.decode_equal);
   }
   return r;

@@ -20,8 +20,9 @@
 // remainder another way (llama.cpp's repacked quantized products without Skippy's
 // batch-invariant patch, see runtime/llama_backend.h). With a short class (flash attention on), the last rows are also cut into
 // short batches in several ways (BatchSplitReport::short_cuts). Pass: the last prompt token's
-// logits and the decoded token's logits are byte-identical under every cut of a set. The lane is
-// cleared before and after.
+// logits, the sequence's whole state after the prefill (every position's KV, recurrent state) and
+// the decoded token's logits are byte-identical under every cut of a set. The lane is cleared
+// before and after.
 //
 // Thread-safety: uses the engine; call it from the thread that owns the engine.
 #pragma once
@@ -43,12 +44,12 @@ struct BatchSplitReport {
   size_t min_batch = 0;                         // smallest batch any cut uses
   size_t n_tokens = 0;                          // prompt length checked
   std::vector<std::vector<size_t>> cuts;        // batch lengths of each cut; cuts[0] is the reference
-  std::vector<bool> prompt_equal, decode_equal; // per cut, against cuts[0]
+  std::vector<bool> prompt_equal, state_equal, decode_equal;  // per cut, against cuts[0]
   // Only with a short class (min_batch > 2): the last min_batch - 1 rows after one long batch, in
   // one short batch (short_cuts[0], the reference) or cut into other short batches of 2+ rows, as
   // cache::BatchClasses allows.
   std::vector<std::vector<size_t>> short_cuts;
-  std::vector<bool> short_prompt_equal, short_decode_equal;
+  std::vector<bool> short_prompt_equal, short_state_equal, short_decode_equal;
   bool pass = false;
   nlohmann::json ToJson() const;
 };
