@@ -1,10 +1,10 @@
 // Quantized weights: the small zoo (tiny depth, 256-wide matrices, so K-quant tensors really are
-// Q4_K / Q6_K) in Q4_K_M and Q8_0 for a dense GQA (llama), a sliding-window (gemma3), an MLA
-// (deepseek2) and a hybrid (qwen3next) family. With the batch-invariant products of Skippy's
-// llama.cpp patch series (runtime/llama_backend.h) the batch-split check passes with flash
-// attention on and off and the production payload restores bit-exact; on the stock kernels the
-// check fails on Q4_K_M, which is what the patch is for (and what keeps these tests honest: the
-// files do take the repacked kernels).
+// Q4_K / Q6_K) in Q4_K_M, Q8_0 and IQ2_XS for a dense GQA (llama), a sliding-window (gemma3), an
+// MLA (deepseek2) and a hybrid MoE (qwen3next) family. With the batch-invariant products of
+// Skippy's llama.cpp patch series (runtime/llama_backend.h) the batch-split check passes with
+// flash attention on and off and the production payload restores bit-exact; on the stock kernels
+// the check fails on Q4_K_M (repacked products) and IQ2_XS (the IQ panel GEMM from 8 rows), which
+// is what the patches are for (and what keeps these tests honest: the files do take those kernels).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -83,7 +83,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(SmallZoo, Quantized,
                          ::testing::Combine(::testing::Values("llama", "gemma3", "deepseek2", "qwen3next"),
-                                            ::testing::Values("Q4_K_M", "Q8_0")),
+                                            ::testing::Values("Q4_K_M", "Q8_0", "IQ2_XS")),
                          CaseName);
 
 TEST(QuantizedStockKernels, BatchSplitFailsOnQ4KM) {
@@ -96,6 +96,19 @@ TEST(QuantizedStockKernels, BatchSplitFailsOnQ4KM) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->pass) << "stock kernels agreed under every cut: the Q4_K_M file no longer exercises the "
                            "repacked products, so the tests above prove nothing about them";
+}
+
+TEST(QuantizedStockKernels, BatchSplitFailsOnIQ2XS) {
+  // Stock, a batch under 8 rows takes the IQ dot product and a larger one the panel GEMM (and the
+  // mix's Q2_K tensors the repacked products); the cuts' short batches (2-9 rows) put the same
+  // prompt's rows on both sides, and its KV differs.
+  if (!skippy::runtime::SetBatchInvariant(false)) GTEST_SKIP() << "no batch-invariant switch in this build";
+  auto e = Open("llama", "IQ2_XS", /*flash_attn=*/false);
+  ASSERT_NE(e, nullptr);
+  auto r = skippy::certify::CheckBatchSplits(*e, 0, e->MinExactBatch());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->pass) << "stock kernels agreed under every cut: the IQ2_XS file no longer exercises the IQ "
+                           "panel GEMM or the repacked Q2_K products, so the IQ2_XS cases above prove nothing about them";
 }
 
 }  // namespace
