@@ -83,7 +83,8 @@ LLAMA_OUTPUTS=(bin/libllama.so bin/libggml.so bin/libggml-base.so bin/libggml-cp
 # Skippy's patch series on the pinned tree (patches/llama.cpp/*.patch, applied in name order). Only
 # the libraries Skippy links (libllama and ggml) are built from the patched tree; llama-server,
 # llama-quantize and the other tools stay the stock build, so every baseline is a stock
-# llama-server. Each patch is off until Skippy switches it on at run time.
+# llama-server. Each kernel patch is off until Skippy switches it on at run time; the cpp-httplib
+# patch needs no switch (only Skippy compiles that copy).
 PATCH_DIR="$(cd "$(dirname "$0")/.." && pwd)/patches/llama.cpp"
 PATCHED_TARGETS=(llama ggml-rpc)
 PATCHED_OUTPUTS=(bin/libllama.so bin/libggml.so bin/libggml-base.so bin/libggml-cpu.so bin/libggml-rpc.so)

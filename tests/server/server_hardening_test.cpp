@@ -293,6 +293,45 @@ TEST_F(Hardening, AStreamIsValidatedBeforeItsFirstByte) {
   EXPECT_EQ(s, 400) << r.dump();
 }
 
+// HTTP/1.1 pipelining: requests written back to back in one packet are all answered, in order,
+// without waiting for the keep-alive timeout (5 s), including a POST with a body between two GETs.
+TEST_F(Hardening, PipelinedRequestsAreAnsweredInOrder) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = json{{"prompt", "pipelined"}, {"n_predict", 1}, {"temperature", 0}}.dump();
+  const std::string auth = StrCat("Authorization: Bearer ", kKey, "\r\n");
+  const std::string requests =
+      StrCat("GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+             "POST /completion HTTP/1.1\r\nHost: x\r\n", auth, "Content-Type: application/json\r\nContent-Length: ",
+             body.size(), "\r\n\r\n", body,
+             "GET /v1/models HTTP/1.1\r\nHost: x\r\n", auth, "\r\n");
+  ASSERT_EQ(send(fd, requests.data(), requests.size(), MSG_NOSIGNAL), static_cast<ssize_t>(requests.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string got;
+  char buf[4096];
+  while (got.find("\"object\":\"list\"") == std::string::npos) {  // the /v1/models body, last
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  close(fd);
+  const size_t health = got.find("{\"status\":\"ok\"}");
+  const size_t completion = got.find("\"content\"");
+  const size_t models = got.find("\"object\":\"list\"");
+  ASSERT_NE(models, std::string::npos) << "the third request was not answered: " << got;
+  EXPECT_LT(health, completion) << got;
+  EXPECT_LT(completion, models) << got;
+  EXPECT_LT(waited, std::chrono::seconds(2)) << "answers waited for the keep-alive timeout";
+  EXPECT_TRUE(HealthyWithinASecond());
+}
+
 // SIGTERM ends the process within --drain-seconds even while a client trickles a request.
 TEST(HardeningShutdown, ATricklingClientCannotHoldUpShutdown) {
   auto server = ServerProcess::Start("llama", {"-c", "256", "--drain-seconds", "2"}, "hardening-drain");
