@@ -19,31 +19,38 @@
 
 namespace {
 
-const std::string& InputPath() {
-  static const std::string path = [] {
-    const int fd = memfd_create("skippy-fuzz-gguf", 0);
-    if (fd < 0) {
+// The memfd every input is written to, opened once, and the path InspectGgufFile reads it by.
+struct Input {
+  int fd = -1;
+  std::string path;
+};
+
+const Input& TheInput() {
+  static const Input input = [] {
+    Input in;
+    in.fd = memfd_create("skippy-fuzz-gguf", 0);
+    if (in.fd < 0) {
       std::perror("memfd_create");
       std::abort();
     }
-    return "/proc/self/fd/" + std::to_string(fd);
+    in.path = "/proc/self/fd/" + std::to_string(in.fd);
+    return in;
   }();
-  return path;
+  return input;
 }
-
-int InputFd() { return std::stoi(InputPath().substr(sizeof("/proc/self/fd/") - 1)); }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int fd = InputFd();
+  const Input& in = TheInput();
+  const int fd = in.fd;
   if (ftruncate(fd, 0) != 0) std::abort();
   for (size_t done = 0; done < size;) {
     const ssize_t n = pwrite(fd, data + done, size - done, static_cast<off_t>(done));
     if (n <= 0) std::abort();
     done += static_cast<size_t>(n);
   }
-  auto summary = skippy::runtime::InspectGgufFile(InputPath());
+  auto summary = skippy::runtime::InspectGgufFile(in.path);
   if (summary.ok() && summary->file_bytes != size) std::abort();
   return 0;
 }
