@@ -1,5 +1,6 @@
-// The official openai npm client (installed into the build tree by the server.npm_install_openai
-// fixture) talks to a real skippy-server: chat, completion, streamed chat, auth.
+// The official openai clients talk to a real skippy-server: the npm package (v4) and the Python
+// package (v1), each installed once into the cache outside the checkout by a fixture. Chat,
+// completion, streamed chat, auth; the Python one also log-probabilities and a 400.
 #include <gtest/gtest.h>
 
 #include "server_process.h"
@@ -8,22 +9,34 @@ namespace {
 
 using skippy::server_test::ServerProcess;
 
-TEST(OpenAiNodeClient, ChatCompletionAndStreamedChat) {
-  auto server = ServerProcess::Start("qwen3", {"-c", "512", "--api-key", "node-test-key"}, "openai");
+// Starts a server on the tiny qwen3 and runs `client_argv` + {base URL, key}; expects exit 0.
+void RunClient(std::vector<std::string> client_argv, const std::string& tag) {
+  auto server = ServerProcess::Start("qwen3", {"-c", "512", "--api-key", "client-test-key"}, tag);
   ASSERT_TRUE(server);
-  const std::string log = server->log() + ".node";
-  auto node = skippy::Subprocess::Start(
-      {SKIPPY_TEST_NODE, SKIPPY_TEST_OPENAI_SCRIPT, SKIPPY_TEST_NODE_MODULES,
-       skippy::StrCat("http://127.0.0.1:", server->port(), "/v1"), "node-test-key"},
-      log);
-  ASSERT_TRUE(node.ok()) << node.status();
+  const std::string log = server->log() + ".client";
+  client_argv.push_back(skippy::StrCat("http://127.0.0.1:", server->port(), "/v1"));
+  client_argv.push_back("client-test-key");
+  auto client = skippy::Subprocess::Start(client_argv, log);
+  ASSERT_TRUE(client.ok()) << client.status();
   std::optional<int> rc;
   for (int i = 0; i < 1200 && !rc; ++i) {
-    rc = node->Poll();
+    rc = client->Poll();
     if (!rc) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (!rc) rc = node->Stop();
-  EXPECT_EQ(*rc, 0) << "node output:\n" << skippy::TailOfFile(log) << "\nserver log:\n" << server->LogTail();
+  if (!rc) rc = client->Stop();
+  EXPECT_EQ(*rc, 0) << "client output:\n" << skippy::TailOfFile(log) << "\nserver log:\n" << server->LogTail();
 }
+
+#ifdef SKIPPY_TEST_NODE
+TEST(OpenAiClient, Node) {
+  RunClient({SKIPPY_TEST_NODE, SKIPPY_TEST_OPENAI_NODE_SCRIPT, SKIPPY_TEST_NODE_MODULES}, "openai-node");
+}
+#endif
+
+#ifdef SKIPPY_TEST_PYTHON
+TEST(OpenAiClient, Python) {
+  RunClient({SKIPPY_TEST_PYTHON, SKIPPY_TEST_OPENAI_PYTHON_SCRIPT, SKIPPY_TEST_PYTHON_PACKAGES}, "openai-python");
+}
+#endif
 
 }  // namespace

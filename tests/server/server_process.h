@@ -24,8 +24,9 @@ inline std::string Env(const char* name, const char* fallback) {
   return fallback;
 }
 // `family` names a tiny zoo model ("llama"), or a quantized small zoo model as "<family>.<FORMAT>"
-// ("llama.Q4_K_M").
+// ("llama.Q4_K_M"), or is a GGUF's absolute path.
 inline std::string ZooFile(const std::string& family) {
+  if (family.starts_with('/')) return family;
   if (family.find('.') != std::string::npos) return StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", family, ".gguf");
   return StrCat(Env("SKIPPY_ZOO_DIR", SKIPPY_TEST_ZOO_DIR), "/", family, ".gguf");
 }

@@ -250,7 +250,19 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
       r["skippy"] = cert;
       const std::string status = cert.value("status", "error");
       r["correctness"] = status;
-      if (cert.contains("model_identity")) r["model_id"] = cert["model_identity"].value("model_id", "");
+      if (cert.contains("model_identity")) {
+        const json& id = cert["model_identity"];
+        r["model_id"] = id.value("model_id", "");
+        // A real GGUF is named by what it is, not by the family's model ref it may stand beside.
+        if (!o.model_dir.empty()) {
+          // llama.cpp's description is "<arch> <size class> <weight format>"; keep the format.
+          const std::string desc = id.value("description", "");
+          const size_t cut = desc.find(' ', desc.find(' ') + 1);
+          const std::string name = id.value("name", "");
+          r["model_ref"] = StrCat(name.empty() ? fs::path(model).filename().string() : name, " (",
+                                  cut == std::string::npos ? desc : desc.substr(cut + 1), ", real weights)");
+        }
+      }
       r["benchmark_prompt_token_count"] = cert.value("benchmark_prompt_token_count", 0);
       if (status != "pass") {
         r["status"] = status;
