@@ -125,6 +125,7 @@ Status Router::Run() {
   const size_t most = std::max(threads, static_cast<size_t>(options_.max_connections));
   http_->new_task_queue = [threads, most] { return new HttpWorkerPool(threads, most, std::max<size_t>(1, most / 4)); };
   http_->set_payload_max_length(64u << 20);
+  http_->set_tcp_nodelay(true);  // one small write per streamed event (see skippy-server)
   Routes();
   if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
     return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
@@ -308,6 +309,7 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       httplib::Client c(rp->host, rp->port);
       c.set_connection_timeout(2);
       c.set_read_timeout(timeout);
+      c.set_tcp_nodelay(true);
       httplib::Response resp;
       httplib::Error err = httplib::Error::Success;
       const bool ok = c.send(up, resp, err);
