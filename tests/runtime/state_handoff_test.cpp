@@ -89,8 +89,9 @@ TEST(CertifyPolicy, HybridFamilyAskedForResidentKvIsRefused) {
   }
 }
 
-TEST(CertifyPolicy, UnknownArchitectureIsDisabledUntilCertified) {
-  // qwen2 runs in llama.cpp but is not a certified Skippy family.
+TEST(CertifyPolicy, AnArchitectureOutsideTheTableIsCertifiedLikeAnyOther) {
+  // qwen2 runs in llama.cpp but is not a row of the family table: the policy learns a dense
+  // payload from its memory, and this run is what certifies it.
   skippy::zoo::FamilySpec spec = *skippy::zoo::FindFamily("qwen3").value();
   spec.arch_override = "qwen2";
   const std::string path = (fs::temp_directory_path() / StrCat("skippy-qwen2-", getpid(), ".gguf")).string();
@@ -99,9 +100,18 @@ TEST(CertifyPolicy, UnknownArchitectureIsDisabledUntilCertified) {
   auto o = Options("qwen3");
   o.model_path = path;
   auto result = RunStateHandoff(o);
-  fs::remove(path);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->verdict, Verdict::kDisabled);
+  EXPECT_EQ(result->verdict, Verdict::kPass) << result->report.dump().substr(0, 1500);
+  EXPECT_TRUE(result->report["family"]["learned"].get<bool>());
+  EXPECT_FALSE(result->report["family"]["enabled"].get<bool>()) << "enabled before the run, by the run only";
+  EXPECT_EQ(result->report["family"]["key"], "qwen2");
+  EXPECT_EQ(result->report["state_payload_kind"], "resident-kv");
+  // A recurrent payload is still refused for it, as for a dense table family.
+  o.payload = PayloadKind::kKvRecurrent;
+  auto refused = RunStateHandoff(o);
+  fs::remove(path);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->verdict, Verdict::kDisabled);
 }
 
 TEST(CertifyRestore, RestoreIntoTheSameLaneAndManyHitsInARow) {

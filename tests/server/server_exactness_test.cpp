@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "server_process.h"
+#include "skippy/runtime/synthetic_model.h"
+#include "skippy/zoo/zoo_spec.h"
 
 namespace {
 
@@ -177,6 +179,26 @@ INSTANTIATE_TEST_SUITE_P(Quantized, ServingExactness,
                          ::testing::Values("llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M", "qwen3next.Q4_K_M",
                                            "llama.Q8_0"),
                          ParamName);
+
+// An architecture outside the family table (the tiny Qwen3 shape written as qwen2, which claims no
+// zoo family): skippy-server learns a resident-kv payload from its memory, runs the certifier on the
+// model at startup, turns the cache on only because it passed, and then serves it exactly.
+TEST(LearnedFamily, AnArchitectureOutsideTheTableIsCertifiedAtStartupThenServedExactly) {
+  skippy::zoo::FamilySpec spec = *skippy::zoo::FindFamily("qwen3").value();
+  spec.arch_override = "qwen2";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / skippy::StrCat("skippy-server-qwen2-", getpid(), ".gguf")).string();
+  auto written = skippy::runtime::WriteSyntheticModel(spec, skippy::zoo::Preset::kTiny, SKIPPY_TEST_VOCAB_DIR, path);
+  ASSERT_TRUE(written.ok()) << written.status();
+  const json stats = CompareWithNoCache(path, {"-fa", "on"}, "-learned");
+  std::filesystem::remove(path);
+  ASSERT_FALSE(stats.is_null());
+  EXPECT_TRUE(stats.value("enabled", false)) << stats.dump();
+  EXPECT_EQ(stats.value("family", ""), "qwen2");
+  EXPECT_EQ(stats.value("payload", ""), "resident-kv");
+  ASSERT_TRUE(stats.contains("learned_family")) << stats.dump();
+  EXPECT_TRUE(stats["learned_family"].value("pass", false)) << stats.dump();
+}
 
 // Words from a fixed list, seeded: chat message contents of a rough length.
 std::string Words(uint32_t seed, int n) {

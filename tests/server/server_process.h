@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -42,9 +43,9 @@ class ServerProcess {
       if (!port.ok()) continue;
       auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
       p->port_ = *port;
-      p->log_ = (std::filesystem::temp_directory_path() /
-                 StrCat("skippy-server-test-", tag, "-", getpid(), "-", *port, ".log"))
-                    .string();
+      std::string name = StrCat("skippy-server-test-", tag, "-", getpid(), "-", *port, ".log");
+      std::replace(name.begin(), name.end(), '/', '_');  // a tag may hold a model's path
+      p->log_ = (std::filesystem::temp_directory_path() / name).string();
       std::filesystem::remove(p->log_);
       std::vector<std::string> argv = {ServerBin(), "-m", ZooFile(family), "--host", "127.0.0.1", "--port",
                                        std::to_string(*port), "-t", "1"};

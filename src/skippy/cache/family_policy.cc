@@ -68,6 +68,14 @@ bool IsRecurrentTensorName(std::string_view name) {
   return false;
 }
 
+FamilyDecision Certified(FamilyDecision learned) {
+  if (learned.learned) {
+    learned.enabled = true;
+    learned.reason.clear();
+  }
+  return learned;
+}
+
 FamilyPolicy::FamilyPolicy(std::vector<CertificationRow> certifications)
     : certifications_(std::move(certifications)) {}
 
@@ -101,7 +109,17 @@ FamilyDecision FamilyPolicy::Decide(const ModelFacts& facts) const {
     row = FindFamilyByArch(facts.arch);
   }
   if (row == nullptr) {
-    d.reason = "unknown architecture '" + facts.arch + "' is disabled until certified";
+    if (facts.arch.empty()) {
+      d.reason = "the model names no architecture: disabled";
+      return d;
+    }
+    d.learned = true;
+    d.family_key = facts.arch;
+    d.display_name = facts.arch;
+    d.reason = "architecture '" + facts.arch + "' is not in the family table: its payload (" +
+               std::string(PayloadKindName(d.payload)) + ", from its " +
+               (d.recurrent ? "recurrent" : "attention-only") +
+               " memory) is disabled until a certification run on this model passes";
     return d;
   }
   d.family_key = std::string(row->key);

@@ -5,7 +5,10 @@
 //   - A model with recurrent/stateful tensors (a name containing ".ssm", "ssm_", "time_mix",
 //     "recurrent" or "rwkv") or whose llama.cpp memory is recurrent or hybrid never gets KV-only
 //     reuse: it gets kKvRecurrent or nothing.
-//   - An architecture that is not a row of the family table is disabled until certified.
+//   - An architecture that is not a row of the family table is learned: its payload follows from
+//     its memory (recurrent or hybrid: kKvRecurrent, else kResidentKv), and it stays disabled until
+//     a certification run on the model itself passes (FamilyDecision::learned; the certifier and
+//     skippy-server's startup run one).
 //   - A certification row can disable a known family, with a reason.
 //   - kFullState and kRecurrentOnly are diagnostics, never production payloads.
 //
@@ -78,8 +81,16 @@ struct FamilyDecision {
   std::string display_name;
   PayloadKind payload = PayloadKind::kResidentKv;  // meaningful only when enabled
   bool recurrent = false;       // recurrent markers or recurrent/hybrid memory were detected
+  // The architecture is not in the family table: family_key and display_name are the architecture,
+  // the payload was derived from its memory, and `enabled` turns true only through Certified()
+  // after a certification run on this model passes.
+  bool learned = false;
   std::string reason;           // why it is disabled; "" when enabled
 };
+
+// `learned` with enabled set and the reason cleared: what a passing certification run on the
+// model makes of a learned decision. Any other decision is returned unchanged.
+FamilyDecision Certified(FamilyDecision learned);
 
 class FamilyPolicy {
  public:

@@ -128,7 +128,11 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
   };
   r["family"] = {{"key", engine->family().family_key}, {"name", engine->family().display_name},
                  {"enabled", engine->family().enabled}, {"reason", engine->family().reason},
-                 {"production_payload", std::string(cache::PayloadKindName(engine->family().payload))}};
+                 {"production_payload", std::string(cache::PayloadKindName(engine->family().payload))},
+                 {"learned", engine->family().learned}};
+  // An architecture outside the family table is what this run certifies: its learned payload is
+  // exercised as if enabled, and the verdict decides whether it may be served.
+  if (engine->family().learned) engine->EnableLearnedFamily();
 
   const PayloadKind kind = o.payload.value_or(engine->family().payload);
   r["state_payload_kind"] = std::string(cache::PayloadKindName(kind));

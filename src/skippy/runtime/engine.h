@@ -78,6 +78,10 @@ class Engine {
   Context& context() { return *context_; }
   const EngineOptions& options() const { return options_; }
   const cache::FamilyDecision& family() const { return family_; }
+  // Enables a learned family (an architecture outside the table, FamilyDecision::learned) for a
+  // certification run on this engine, whose verdict decides, or after such a run on this model
+  // passed. No effect on any other decision.
+  void EnableLearnedFamily() { family_ = cache::Certified(std::move(family_)); }
   const cache::ModelFacts& facts() const { return facts_; }
   // Hex SHA-256 of the model file (computed once at Open).
   const std::string& model_digest() const { return model_digest_; }

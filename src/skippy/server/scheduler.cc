@@ -6,6 +6,7 @@
 #include <random>
 
 #include "skippy/certify/lane_batching.h"
+#include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sampler.h"
@@ -98,9 +99,17 @@ Status Scheduler::Load() {
   eo.context.swa_full = true;
   eo.cache_seq_count = 0;
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
+  // Before the backend copies the family decision: a learned family is enabled only here.
+  const std::string learned_off =
+      options_.cache_enabled && engine_->family().learned ? CertifyLearnedFamily() : std::string();
   SKIPPY_ASSIGN_OR_RETURN(backend_, lane_cache::EngineBackend::Create(*engine_, options_.prefill_chunk));
   lane_cache::LaneCacheOptions lo = CacheOptionsOf(options_);
-  if (!engine_->family().enabled) {
+  if (!learned_off.empty()) {
+    lo.enabled = false;
+    lo.disabled_reason = learned_off;
+    std::fprintf(stderr, "skippy-server: the cache is off: %s\n", learned_off.c_str());
+  }
+  if (lo.enabled && !engine_->family().enabled) {
     lo.disabled_reason = StrCat("the family is not certified: ", engine_->family().reason);
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
   }
@@ -126,6 +135,46 @@ Status Scheduler::Load() {
   thread_ = std::thread([this] { Loop(); });
   ready_ = true;
   return absl::OkStatus();
+}
+
+std::string Scheduler::CertifyLearnedFamily() {
+  const std::string arch = engine_->family().family_key;
+  certify::StateHandoffOptions o;
+  o.model_path = options_.model_path;
+  o.model_id = engine_->options().model_id;
+  o.threads = options_.threads;
+  o.flash_attn = options_.flash_attn;
+  o.batch_size = options_.n_batch;
+  o.ctx_size = 512;
+  o.prompt =
+      "A library lends books for three weeks and films for one. Members renew a loan online twice unless "
+      "another member has reserved the item; late returns cost a few cents a day.";
+  o.cache_hit_repeats = 2;
+  const auto t0 = Clock::now();
+  auto run = certify::RunStateHandoff(o);
+  const double ms = MsBetween(t0, Clock::now());
+  learned_json_ = {{"architecture", arch}, {"payload", std::string(cache::PayloadKindName(engine_->family().payload))},
+                   {"ms", ms}};
+  if (!run.ok()) {
+    learned_json_["pass"] = false;
+    learned_json_["error"] = std::string(run.status().message());
+    return StrCat("architecture '", arch, "' is outside the family table and its certification could not run: ",
+                  run.status().message());
+  }
+  const nlohmann::json& r = run->report;
+  learned_json_["pass"] = run->verdict == certify::Verdict::kPass;
+  learned_json_["status"] = r.value("status", "");
+  for (const char* k : {"restored_output_matches", "cache_hit_matches", "suffix_prefill_matches"}) {
+    if (r.contains(k)) learned_json_[k] = r[k];
+  }
+  if (run->verdict != certify::Verdict::kPass) {
+    return StrCat("architecture '", arch, "' is outside the family table and the certifier failed on this model (",
+                  r.value("status", ""), "): a restored continuation differs from the recomputed one");
+  }
+  engine_->EnableLearnedFamily();
+  std::fprintf(stderr, "skippy-server: architecture '%s' is outside the family table; the certifier passed on this "
+               "model (%s, %.0f ms): cache on\n", arch.c_str(), std::string(cache::PayloadKindName(engine_->family().payload)).c_str(), ms);
+  return "";
 }
 
 void Scheduler::DecideLaneBatching() {
@@ -191,6 +240,7 @@ nlohmann::json Scheduler::CacheStats() const {
   j["flash_attn"] = options_.flash_attn;
   j["family"] = engine_->family().family_key;
   j["payload"] = std::string(cache::PayloadKindName(engine_->family().payload));
+  if (!learned_json_.is_null()) j["learned_family"] = learned_json_;
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
   return j;

@@ -100,6 +100,10 @@ class Scheduler {
 
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
   void DecideLaneBatching();
+  // For a learned family (an architecture outside the family table): runs the certifier
+  // (certify::RunStateHandoff) on the model with the server's settings and enables the family on
+  // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
+  std::string CertifyLearnedFamily();
   void Loop();
   // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
   std::vector<int32_t> AdmitLocked();
@@ -124,6 +128,7 @@ class Scheduler {
   std::unique_ptr<lane_cache::LaneCache> cache_;
   CacheEventLog events_;
   nlohmann::json batch_split_json_;  // the startup check's report (null when it did not run)
+  nlohmann::json learned_json_;      // CertifyLearnedFamily's summary (null for a table family)
   std::string model_name_;
   std::atomic<bool> ready_{false};
   bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)

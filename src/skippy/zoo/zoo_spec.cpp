@@ -358,7 +358,13 @@ StatusOr<Metadata> BuildMetadata(const FamilySpec& family, Preset preset) {
                    "Not a trained model; its outputs are meaningless text."));
   Add(out, "general.file_type", uint32_t{1});  // mostly F16
   Add(out, "skippy.synthetic", true);
-  Add(out, "skippy.zoo.family", std::string(family.key));
+  // A shape written under another architecture (tests) claims no family: it is what a model
+  // outside the table looks like, which the policy learns.
+  if (family.arch_override.empty()) {
+    Add(out, "skippy.zoo.family", std::string(family.key));
+  } else {
+    Add(out, "skippy.zoo.shape_of", std::string(family.key));
+  }
   Add(out, "skippy.zoo.preset", std::string(PresetName(preset)));
   Add(out, "skippy.zoo.seed", static_cast<uint32_t>(family.seed));
   Add(out, "skippy.zoo.generator_version", kGeneratorVersion);
