@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Greedy outputs of skippy-server and a stock llama-server, side by side, on one real model.
 
-    scripts/greedy_side_by_side.py MODEL.gguf OUT.json [--chat] [--max-tokens N] [--port P]
+    scripts/greedy_side_by_side.py MODEL.gguf OUT.json [--chat] [--flash-attn on|off] [--max-tokens N]
+                                   [--port P (and P+1)]
 
-Starts build/bin/skippy-server (cache on) and build/bin/llama-server (stock, its defaults) on MODEL
-with 2 threads and one lane/slot, one at a time. Each prompt (chat messages rendered by each
+Starts build/bin/skippy-server (cache on) and build/bin/llama-server (stock) on MODEL with 2 threads,
+one lane/slot and the same flash-attention setting (default on: skippy-server's default, and what
+llama-server's -fa auto picks on CPU), one at a time. Each prompt (chat messages rendered by each
 server's own /apply-template with --chat, else plain text) goes to /completion with temperature 0,
 `return_tokens` and N generated tokens: twice to skippy-server (cold, then a cache hit) and once to
 llama-server. The JSON has, per prompt, the prompt, each server's text and token ids, and whether
@@ -57,16 +59,18 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--chat", action="store_true", help="chat prompts through each server's template")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--flash-attn", choices=["on", "off"], default="on")
     ap.add_argument("--port", type=int, default=18790)
     a = ap.parse_args()
     if not Path(a.model).is_file():
         ap.error(f"no model at {a.model}")
     prompts = CHAT if a.chat else TEXT
-    common = ["-m", a.model, "--host", "127.0.0.1", "--port", str(a.port), "-t", "2", "-c", "2048"]
-    skippy = run([str(ROOT / "build/bin/skippy-server"), *common, "--runtime-lane-count", "1"], a.port, prompts,
-                 a.chat, a.max_tokens, 2)
-    llama = run([str(ROOT / "build/bin/llama-server"), *common, "--parallel", "1"], a.port, prompts, a.chat,
-                a.max_tokens, 1)
+    common = ["-m", a.model, "--host", "127.0.0.1", "-t", "2", "-c", "2048", "-fa", a.flash_attn]
+    # Two ports: the first server's closed connections leave the port in TIME_WAIT for a while.
+    skippy = run([str(ROOT / "build/bin/skippy-server"), *common, "--port", str(a.port), "--runtime-lane-count", "1"],
+                 a.port, prompts, a.chat, a.max_tokens, 2)
+    llama = run([str(ROOT / "build/bin/llama-server"), *common, "--port", str(a.port + 1), "--parallel", "1"],
+                a.port + 1, prompts, a.chat, a.max_tokens, 1)
     rows = []
     for p, s, l in zip(prompts, skippy, llama):
         ref = l["runs"][0]
@@ -78,7 +82,8 @@ def main():
             "skippy_hit": s["runs"][1],
             "equal_tokens": s["runs"][0]["tokens"] == ref["tokens"] == s["runs"][1]["tokens"],
         })
-    doc = {"model": a.model, "chat": a.chat, "max_tokens": a.max_tokens, "temperature": 0, "rows": rows,
+    doc = {"model": a.model, "chat": a.chat, "flash_attn": a.flash_attn, "max_tokens": a.max_tokens, "temperature": 0,
+           "rows": rows,
            "all_equal": all(r["equal_tokens"] for r in rows)}
     Path(a.out).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     for r in rows:

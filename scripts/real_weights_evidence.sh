@@ -49,14 +49,21 @@ for step in $steps; do
     serve-compare)
       cases=()
       for f in $families; do cases+=(--case "$f"); done
+      # The settings of the README's ref-format table (flash attention on: skippy-server's default
+      # with the batch-invariant kernels; llama-server's default -fa auto is on for CPU too).
       build/bin/skippy-bench serve-compare --output-dir "$out/serve-compare" "${cases[@]}" \
-        --model-dir "$dir/by-family" ;;
+        --model-dir "$dir/by-family" --lanes 1 --threads 2 --ctx-size 2048 --repeats 2 --long-prefix-words 400 \
+        --requests 6 --documents 8 --rounds 3 --conversations 3 --turns 3 --agent-steps 5 --n-predict 8 \
+        --ttft-slo-ms 500 --flash-attn on ;;
     greedy)
       mkdir -p "$out/greedy"
       while read -r name _ kind; do
         flag=()
         [ "$kind" = chat ] && flag=(--chat)
-        python3 scripts/greedy_side_by_side.py "$dir/$name.gguf" "$out/greedy/$name.json" "${flag[@]}"
+        for fa in on off; do
+          python3 scripts/greedy_side_by_side.py "$dir/$name.gguf" "$out/greedy/$name.fa-$fa.json" "${flag[@]}" \
+            --flash-attn "$fa"
+        done
       done <<<"$fetched" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Cold prefill and decode speed of skippy-server and a stock llama-server on one model.
+
+    scripts/parity_compare.py MODEL.gguf OUT.json [--runs N] [--threads T] [--port P]
+
+Starts build/bin/skippy-server (one lane, its defaults: flash attention on, batch-invariant kernels)
+and build/bin/llama-server (one slot, its defaults: -fa auto) side by side with the same threads
+and a 4096-token context, then alternates between them (which one goes first flips every run;
+only one computes at a time):
+  - cold prefill: a new 300-word prompt (never seen; the same one for both), n_predict 1:
+    timings.prompt_ms;
+  - decode: a new short prompt, 64 tokens with ignore_eos: timings.predicted_ms / predicted_n.
+Writes every sample, the medians and skippy / llama-server ratios (above 1: skippy is slower).
+"""
+import argparse, http.client, json, random, statistics, sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serverproc import start, stop  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+
+
+def completion(port, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+    return json.loads(c.getresponse().read())["timings"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--port", type=int, default=18810)
+    a = ap.parse_args()
+    if not Path(a.model).is_file():
+        ap.error(f"no model at {a.model}")
+    ports = {"skippy": a.port, "llama-server": a.port + 1}
+    common = ["-m", a.model, "--host", "127.0.0.1", "-t", str(a.threads), "-c", "4096"]
+    procs = [start([str(ROOT / "build/bin/skippy-server"), *common, "--port", str(ports["skippy"]),
+                    "--runtime-lane-count", "1"], ports["skippy"]),
+             start([str(ROOT / "build/bin/llama-server"), *common, "--port", str(ports["llama-server"]),
+                    "--parallel", "1", "--no-webui"], ports["llama-server"])]
+    samples = {k: {"prefill_ms": [], "prefill_tokens": [], "decode_ms_per_token": []} for k in ports}
+    try:
+        for r in range(a.runs):
+            order = list(ports) if r % 2 == 0 else list(reversed(list(ports)))
+            for name in order:
+                rng = random.Random(f"prefill-{r}")  # the same new prompt for both servers in a run
+                prompt = f"Run {r}. " + " ".join(rng.choice(WORDS) + str(rng.randint(0, 999)) for _ in range(300))
+                t = completion(ports[name], {"prompt": prompt, "n_predict": 1, "temperature": 0, "cache_prompt": True})
+                samples[name]["prefill_ms"].append(t["prompt_ms"])
+                samples[name]["prefill_tokens"].append(t["prompt_n"])
+            for name in order:
+                rng = random.Random(f"decode-{r}")
+                prompt = f"Decode run {r}: " + " ".join(rng.choice(WORDS) for _ in range(20))
+                t = completion(ports[name], {"prompt": prompt, "n_predict": 64, "temperature": 0, "ignore_eos": True,
+                                             "cache_prompt": True})
+                samples[name]["decode_ms_per_token"].append(t["predicted_ms"] / t["predicted_n"])
+    finally:
+        for p in procs:
+            stop(p)
+    med = {k: {m: statistics.median(v[m]) for m in ("prefill_ms", "decode_ms_per_token")} for k, v in samples.items()}
+    ratios = {m: med["skippy"][m] / med["llama-server"][m] for m in ("prefill_ms", "decode_ms_per_token")}
+    doc = {"model": a.model, "threads": a.threads, "runs": a.runs, "samples": samples, "medians": med,
+           "skippy_over_llama_server": ratios}
+    Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+    for k, v in med.items():
+        print(f"{k:13} cold prefill {v['prefill_ms']:8.1f} ms   decode {v['decode_ms_per_token']:6.2f} ms/token")
+    print(f"skippy / llama-server: prefill {ratios['prefill_ms']:.3f}, decode {ratios['decode_ms_per_token']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
