@@ -12,20 +12,18 @@ only one computes at a time):
   - decode: a new short prompt, 64 tokens with ignore_eos: timings.predicted_ms / predicted_n.
 Writes every sample, the medians and skippy / llama-server ratios (above 1: skippy is slower).
 """
-import argparse, http.client, json, random, statistics, sys
+import argparse, json, random, statistics, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import start, stop  # noqa: E402
+from serverproc import post, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 
 
 def completion(port, body):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
-    return json.loads(c.getresponse().read())["timings"]
+    return post(port, "/completion", body)["timings"]
 
 
 def main():

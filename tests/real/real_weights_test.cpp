@@ -43,11 +43,7 @@ json RunCorrectness(const std::vector<std::string>& args, const std::string& tag
   auto proc = skippy::Subprocess::Start(argv, log);
   EXPECT_TRUE(proc.ok()) << proc.status();
   if (!proc.ok()) return nullptr;
-  std::optional<int> rc;
-  for (int i = 0; i < 6000 && !rc; ++i) {
-    rc = proc->Poll();
-    if (!rc) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  std::optional<int> rc = proc->Wait(std::chrono::seconds(300));
   if (!rc) rc = proc->Stop();
   std::ifstream in(report);
   json r = json::parse(in, nullptr, false);

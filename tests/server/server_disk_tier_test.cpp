@@ -203,10 +203,7 @@ std::pair<int, std::string> RunToExit(const std::vector<std::string>& flags, con
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto proc = skippy::Subprocess::Start(argv, log);
   EXPECT_TRUE(proc.ok());
-  for (int i = 0; i < 600; ++i) {
-    if (auto rc = proc->Poll()) return {*rc, skippy::TailOfFile(log)};
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  if (auto rc = proc->Wait(std::chrono::seconds(60))) return {*rc, skippy::TailOfFile(log)};
   return {proc->Stop(), skippy::TailOfFile(log)};
 }
 

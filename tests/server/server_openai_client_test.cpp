@@ -18,11 +18,7 @@ void RunClient(std::vector<std::string> client_argv, const std::string& tag) {
   client_argv.push_back("client-test-key");
   auto client = skippy::Subprocess::Start(client_argv, log);
   ASSERT_TRUE(client.ok()) << client.status();
-  std::optional<int> rc;
-  for (int i = 0; i < 1200 && !rc; ++i) {
-    rc = client->Poll();
-    if (!rc) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  std::optional<int> rc = client->Wait(std::chrono::seconds(60));
   if (!rc) rc = client->Stop();
   EXPECT_EQ(*rc, 0) << "client output:\n" << skippy::TailOfFile(log) << "\nserver log:\n" << server->LogTail();
 }

@@ -248,11 +248,7 @@ TEST_F(RouterTest, SigtermDrainsTheStreamInFlightThenExits) {
   if (late) EXPECT_EQ(late->status, 503);
   client.join();
   EXPECT_NE(body.find("\"stop\":true"), std::string::npos) << body.substr(body.size() > 300 ? body.size() - 300 : 0);
-  std::optional<int> rc;
-  for (int i = 0; i < 200 && !rc; ++i) {
-    rc = router_->Poll();
-    if (!rc) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  const std::optional<int> rc = router_->Wait(std::chrono::seconds(5));
   ASSERT_TRUE(rc.has_value()) << "the router did not exit after draining";
   EXPECT_EQ(*rc, 0);
 }

@@ -175,11 +175,7 @@ TEST_F(SharedTierServing, ARefusedPasswordStopsTheServerWithAClearError) {
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto proc = skippy::Subprocess::Start(argv, log);
   ASSERT_TRUE(proc.ok());
-  std::optional<int> rc;
-  for (int i = 0; i < 600 && !rc; ++i) {
-    rc = proc->Poll();
-    if (!rc) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const std::optional<int> rc = proc->Wait(std::chrono::seconds(60));
   ASSERT_TRUE(rc.has_value());
   EXPECT_NE(*rc, 0);
   const std::string tail = skippy::TailOfFile(log);

@@ -79,9 +79,7 @@ json Certify(const ProductionOptions& o, const std::string& model, const std::st
   fs::remove(log);
   auto proc = Subprocess::Start(argv, log.string());
   if (!proc.ok()) return {{"status", "error"}, {"error", std::string(proc.status().message())}};
-  const auto deadline = Clock::now() + std::chrono::seconds(o.correctness_timeout_secs);
-  std::optional<int> rc;
-  while (!(rc = proc->Poll()) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::optional<int> rc = proc->Wait(std::chrono::seconds(o.correctness_timeout_secs));
   if (!rc) {
     proc->Stop();
     return {{"status", "timeout"}, {"error", StrCat("certifier did not finish within ", o.correctness_timeout_secs, " s")}};
@@ -255,12 +253,9 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
         r["model_id"] = id.value("model_id", "");
         // A real GGUF is named by what it is, not by the family's model ref it may stand beside.
         if (!o.model_dir.empty()) {
-          // llama.cpp's description is "<arch> <size class> <weight format>"; keep the format.
-          const std::string desc = id.value("description", "");
-          const size_t cut = desc.find(' ', desc.find(' ') + 1);
           const std::string name = id.value("name", "");
           r["model_ref"] = StrCat(name.empty() ? fs::path(model).filename().string() : name, " (",
-                                  cut == std::string::npos ? desc : desc.substr(cut + 1), ", real weights)");
+                                  id.value("weight_format", ""), ", real weights)");
         }
       }
       r["benchmark_prompt_token_count"] = cert.value("benchmark_prompt_token_count", 0);

@@ -105,7 +105,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
       {"model_sha256", engine->model_digest()},
       {"arch", model.arch()},
       {"name", model.MetaString("general.name").value_or("")},
-      {"description", model.Description()},
+      {"weight_format", model.WeightFormat()},
       {"family_key", engine->family().family_key},
       {"synthetic_weights", model.MetaString("skippy.synthetic").value_or("false") == "true"},
       {"llama_cpp_commit", SKIPPY_LLAMA_COMMIT},

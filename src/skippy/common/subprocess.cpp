@@ -82,16 +82,20 @@ std::optional<int> Subprocess::Poll() {
   return exit_status_;
 }
 
+std::optional<int> Subprocess::Wait(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!Poll() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Poll();
+}
+
 int Subprocess::Stop(std::chrono::milliseconds grace) {
   if (pid_ <= 0) return exit_status_.value_or(-1);
   if (!Poll()) {
     kill(-pid_, SIGTERM);
     kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    while (!Poll() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!Poll()) {
+    if (!Wait(grace)) {
       kill(-pid_, SIGKILL);
       kill(pid_, SIGKILL);
       int status = 0;

@@ -28,6 +28,8 @@ class Subprocess {
 
   // The exit status if the child has exited (waitpid WNOHANG), else nullopt.
   std::optional<int> Poll();
+  // Polls until the child exits or `limit` passes: its exit status, or nullopt when it still runs.
+  std::optional<int> Wait(std::chrono::milliseconds limit);
   // Stops the child: SIGTERM, wait up to `grace`, then SIGKILL. Returns its exit status
   // (128 + signal when killed by a signal). Idempotent.
   int Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(3000));

@@ -83,10 +83,12 @@ std::string Model::arch() const { return MetaString("general.architecture").valu
 int32_t Model::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
 int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_); }
 uint64_t Model::n_params() const { return llama_model_n_params(model_); }
-std::string Model::Description() const {
+std::string Model::WeightFormat() const {
   char buf[256] = {};
   llama_model_desc(model_, buf, sizeof buf);
-  return buf;
+  const std::string desc = buf;
+  const size_t cut = desc.find(' ', desc.find(' ') + 1);
+  return cut == std::string::npos ? desc : desc.substr(cut + 1);
 }
 bool Model::is_recurrent() const { return llama_model_is_recurrent(model_); }
 bool Model::is_hybrid() const { return llama_model_is_hybrid(model_); }

@@ -59,8 +59,9 @@ class Model {
   int32_t n_vocab() const;
   int32_t n_ctx_train() const;
   uint64_t n_params() const;
-  // llama.cpp's one-line description: architecture, size class and weight format ("llama ?B Q4_1").
-  std::string Description() const;
+  // The weight format as llama.cpp names it ("Q4_1", "Q4_K - Medium"): its one-line model
+  // description is "<arch> <size class> <format>".
+  std::string WeightFormat() const;
   // Tensor names as stored in the GGUF (the family policy looks for recurrent markers).
   const std::vector<std::string>& tensor_names() const { return summary_.tensor_names; }
   bool is_recurrent() const;
