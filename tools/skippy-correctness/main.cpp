@@ -8,6 +8,8 @@
 //       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
 //   skippy-correctness --no-batch-invariant ...  runs either on llama.cpp's stock matrix kernels
 //       (runtime/llama_backend.h), to show what the batch-invariant patch changes.
+//   skippy-correctness --one-row-class ...  with the patch series' one-row class on as well (a lone
+//       row takes the batch kernels, the smallest exact batch is 1), as skippy-server --lane-batching.
 //
 // Exit codes: 0 pass, 1 mismatch (exit 0 with --allow-mismatch), 2 bad input, 3 family disabled or
 // payload refused by policy (not certified), 4 internal error.
@@ -98,6 +100,7 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   report["batch_size"] = a.batch_size;
   report["rule_min_batch"] = (*engine)->MinExactBatch();
   report["batch_invariant"] = skippy::runtime::BatchInvariant();
+  report["one_row_class"] = skippy::runtime::OneRowClass();
   if (!WriteReport(report, a.report_out)) return kExitInternal;
   std::fprintf(stderr, "[batch-split] %s flash_attn=%s min_batch=%zu batch_invariant=%s %s\n",
                report["family_key"].get<std::string>().c_str(), a.flash_attn.c_str(), m,
@@ -113,6 +116,10 @@ int main(int argc, char** argv) {
   bool stock_kernels = false;
   app.add_flag("--no-batch-invariant", stock_kernels,
                "llama.cpp's stock matrix kernels, even where the patched build has batch-invariant ones");
+  bool one_row_class = false;
+  app.add_flag("--one-row-class", one_row_class,
+               "the batch-invariant kernels' one-row class too (a lone row takes the batch kernels; the runtime's "
+               "smallest exact batch becomes 1), as skippy-server --lane-batching runs");
   CLI::App* sh = app.add_subcommand("state-handoff", "prefill, record, restore, compare continuations");
 
   skippy::certify::StateHandoffOptions o;
@@ -168,6 +175,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitPass : kExitBadInput;
   }
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
+  if (one_row_class && !stock_kernels && !skippy::runtime::SetOneRowClass(true)) {
+    std::fprintf(stderr, "skippy-correctness: --one-row-class: this llama.cpp build has no one-row class\n");
+    return kExitBadInput;
+  }
   if (*bsc) return RunBatchSplit(bs);
   o.flash_attn = flash_attn == "on";
   if (layer_end >= 0) o.layer_end = layer_end;

@@ -19,10 +19,14 @@ namespace {
 using runtime::Engine;
 using runtime::Token;
 
-// Steps `lanes` (each holding its prompt) twice with `next` tokens and returns the logits per lane
-// and step; cuts the lanes back to their prompts afterwards.
+bool HasRecurrentState(const Engine& engine) { return engine.model().is_recurrent() || engine.model().is_hybrid(); }
+
+// Steps `lanes` (each holding the first lengths[i] of `tokens`) twice with `next` tokens and
+// returns the logits per lane and step; puts the lanes back to their prompts afterwards (cut back,
+// or prefilled again where recurrent state cannot be cut).
 StatusOr<std::vector<std::vector<float>>> StepTwice(Engine& engine, std::span<const int32_t> lanes,
-                                                    std::span<const int32_t> lengths, Token next) {
+                                                    std::span<const int32_t> lengths, std::span<const Token> tokens,
+                                                    Token next) {
   std::vector<std::vector<float>> out(lanes.size() * 2);
   for (int step = 0; step < 2; ++step) {
     std::vector<Engine::DecodeStepIn> in;
@@ -30,7 +34,14 @@ StatusOr<std::vector<std::vector<float>>> StepTwice(Engine& engine, std::span<co
     SKIPPY_ASSIGN_OR_RETURN(auto logits, engine.DecodeStep(in));
     for (size_t i = 0; i < lanes.size(); ++i) out[2 * i + static_cast<size_t>(step)] = std::move(logits[i]);
   }
-  for (size_t i = 0; i < lanes.size(); ++i) SKIPPY_RETURN_IF_ERROR(engine.Truncate(lanes[i], lengths[i]));
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    if (HasRecurrentState(engine)) {
+      SKIPPY_RETURN_IF_ERROR(engine.Clear(lanes[i]));
+      SKIPPY_RETURN_IF_ERROR(engine.Prefill(lanes[i], tokens.first(static_cast<size_t>(lengths[i])), 0));
+    } else {
+      SKIPPY_RETURN_IF_ERROR(engine.Truncate(lanes[i], lengths[i]));
+    }
+  }
   return out;
 }
 
@@ -46,9 +57,9 @@ StatusOr<LaneBatchingReport> Run(Engine& engine, int32_t a, int32_t b) {
   const Token next = tokens[1];
   const int32_t la[] = {a}, lb[] = {b}, both[] = {a, b};
   const int32_t na[] = {len_a}, nb[] = {len_b}, nboth[] = {len_a, len_b};
-  SKIPPY_ASSIGN_OR_RETURN(auto alone_a, StepTwice(engine, la, na, next));
-  SKIPPY_ASSIGN_OR_RETURN(auto alone_b, StepTwice(engine, lb, nb, next));
-  SKIPPY_ASSIGN_OR_RETURN(auto together, StepTwice(engine, both, nboth, next));
+  SKIPPY_ASSIGN_OR_RETURN(auto alone_a, StepTwice(engine, la, na, tokens, next));
+  SKIPPY_ASSIGN_OR_RETURN(auto alone_b, StepTwice(engine, lb, nb, tokens, next));
+  SKIPPY_ASSIGN_OR_RETURN(auto together, StepTwice(engine, both, nboth, tokens, next));
   LaneBatchingReport r;
   r.tokens_a = static_cast<size_t>(len_a);
   r.tokens_b = static_cast<size_t>(len_b);

@@ -7,12 +7,15 @@
 // to others. On the pinned llama.cpp's CPU backend a lone query row per KV stream does not: its
 // attention result moves with the KV length of the longest stream in the batch, and one output
 // row takes another vocabulary-projection kernel than two. Two rows per lane, both output
-// (Engine::DecodeStep's pad row), do. Other builds may differ, hence the check.
+// (Engine::DecodeStep's pad row), do; so does one row per lane with the patch series' one-row
+// class (runtime::OneRowClass), which also lets recurrent and hybrid lanes step together. Other
+// builds may differ, hence the check.
 //
 // Method: lane a holds a short prompt, lane b a long one (40 and 600 tokens where the context
 // allows: their KV lengths fall in different 256-cell steps). Each lane steps alone, then both step together, then
 // together again one token further; pass: each lane's logits are byte-identical alone and together
-// at both steps. The lanes are cleared before and after.
+// at both steps. Between runs the lanes are cut back to their prompts (prefilled again when they
+// hold recurrent state). The lanes are cleared before and after.
 //
 // Thread-safety: uses the engine; call it from the thread that owns the engine.
 #pragma once

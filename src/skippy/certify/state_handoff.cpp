@@ -110,6 +110,7 @@ StatusOr<StateHandoffResult> RunStateHandoff(const StateHandoffOptions& o) {
       {"synthetic_weights", model.MetaString("skippy.synthetic").value_or("false") == "true"},
       {"llama_cpp_commit", SKIPPY_LLAMA_COMMIT},
       {"batch_invariant", runtime::BatchInvariant()},
+      {"one_row_class", runtime::OneRowClass()},
       {"layer_start", 0},
       {"layer_end", o.layer_end ? json(*o.layer_end) : json(n_layer_all)},
       {"state_layer_start", o.state_layer_start.value_or(0)},

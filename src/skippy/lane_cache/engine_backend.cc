@@ -30,9 +30,9 @@ cache::CacheConfigIdentity IdentityOf(runtime::Engine& engine, uint32_t prefill_
   id.layer_end = n_layer;
   id.runtime_abi = "skippy-runtime-1";
   // The kernels that computed a payload are part of its identity: the commit, the patch series and
-  // whether its batch-invariant products were on.
+  // whether its batch-invariant products (and their one-row class) were on.
   id.llama_version = StrCat(SKIPPY_LLAMA_COMMIT, "+patches:", SKIPPY_LLAMA_PATCHES,
-                            runtime::BatchInvariant() ? "+batch-invariant" : "");
+                            runtime::BatchInvariant() ? "+batch-invariant" : "", runtime::OneRowClass() ? "+one-row" : "");
   id.type_k = eff.type_k;
   id.type_v = eff.type_v;
   id.flash_attn = eff.flash_attn;

@@ -123,11 +123,14 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
     return absl::FailedPreconditionError("a recurrent or hybrid model cannot decode lanes with pad rows");
   }
   if (steps.empty()) return absl::InvalidArgumentError("no lanes to step");
-  // Both rows of a lane must land in one ubatch (llama.cpp's equal split takes as many rows from
-  // every lane), or the real row is computed alone after all.
+  // With the one-row class a lane's one row is computed the same in any batch: no pad row. Without
+  // it, both rows of a lane must land in one ubatch (llama.cpp's equal split takes as many rows
+  // from every lane), or the real row is computed alone after all.
+  const size_t rows_per_lane = OneRowClass() ? 1 : 2;
   const uint32_t n_ubatch = context_->options().n_ubatch;
-  if (2 * steps.size() > n_ubatch) {
-    return absl::InvalidArgumentError(StrCat(steps.size(), " lanes need ", 2 * steps.size(), " rows, more than the ubatch of ", n_ubatch));
+  if (rows_per_lane * steps.size() > n_ubatch) {
+    return absl::InvalidArgumentError(StrCat(steps.size(), " lanes need ", rows_per_lane * steps.size(),
+                                             " rows, more than the ubatch of ", n_ubatch));
   }
   std::vector<Context::Row> rows;
   rows.reserve(2 * steps.size());
@@ -137,24 +140,28 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
     for (size_t j = 0; j < i; ++j) {
       if (steps[j].lane == s.lane) return absl::InvalidArgumentError(StrCat("lane ", s.lane, " steps twice"));
     }
-    if (s.pos + 2 > LaneCapacity()) {
+    if (s.pos + static_cast<int32_t>(rows_per_lane) > LaneCapacity()) {
       return absl::InvalidArgumentError(
           StrCat("lane ", s.lane, ": no cell for the pad row after position ", s.pos, " (", LaneCapacity(), " cells)"));
     }
     // The pad row is an output too: the vocabulary projection then always has 2+ rows (one row
     // takes another kernel path).
     rows.push_back({s.lane, s.pos, s.token, true});
-    rows.push_back({s.lane, s.pos + 1, s.token, true});
+    if (rows_per_lane == 2) rows.push_back({s.lane, s.pos + 1, s.token, true});
   }
   llama_memory_t mem = llama_get_memory(context_->raw());
   auto logits = context_->DecodeRows(rows);
-  for (const DecodeStepIn& s : steps) {
-    llama_memory_seq_rm(mem, s.lane, logits.ok() ? s.pos + 1 : s.pos, -1);
+  if (rows_per_lane == 2 || !logits.ok()) {
+    // Drop the pad rows, or on a failure everything from pos (recurrent state cannot be cut: a
+    // failed step of a recurrent lane leaves it for the caller to clear).
+    for (const DecodeStepIn& s : steps) {
+      llama_memory_seq_rm(mem, s.lane, logits.ok() ? s.pos + 1 : s.pos, -1);
+    }
   }
   if (!logits.ok()) return logits.status();
   std::vector<std::vector<float>> out;
   out.reserve(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) out.push_back(std::move((*logits)[2 * i]));
+  for (size_t i = 0; i < steps.size(); ++i) out.push_back(std::move((*logits)[rows_per_lane * i]));
   return out;
 }
 

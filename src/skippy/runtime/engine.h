@@ -47,8 +47,11 @@ namespace skippy::runtime {
 // before it serves from the cache. `claimed` > 0 (--exact-min-batch,
 // EngineOptions::min_exact_batch) replaces the rule for builds that draw the line elsewhere; only
 // the batch-split check proves it.
+// With the one-row class (OneRowClass(), llama_backend.h) every batch is one class: 1.
 inline size_t MinExactBatch(bool flash_attn, size_t claimed = 0) {
-  return claimed > 0 ? claimed : (flash_attn && !BatchInvariant()) ? 64 : 2;
+  if (claimed > 0) return claimed;
+  if (OneRowClass()) return 1;
+  return (flash_attn && !BatchInvariant()) ? 64 : 2;
 }
 
 struct EngineOptions {
@@ -116,28 +119,32 @@ class Engine {
   Status Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0);
 
   // One generated token for each of several lanes, in one llama_decode (what llama-server does with
-  // its slots, without letting a lane's numbers depend on the others). Each lane's token is written
-  // at `pos` together with a pad row of its own at pos + 1 (the same token, its logits computed
-  // and dropped), removed again afterwards. Why: on llama.cpp's CPU backend a lone query row per
-  // KV stream gets an attention result that moves with the KV length of the longest lane in the
-  // batch, and a lone output row takes another vocabulary-projection kernel than 2+ rows; with two
-  // rows of each per lane, a lane's row comes out the same whatever else is in the batch
-  // (measured; certify::CheckLaneBatching proves it per model).
-  // So a lane's logits are the same alone or with any other lanes, but they are not those of
-  // Decode (one row): a server uses one or the other for every generated token.
+  // its slots, without letting a lane's numbers depend on the others).
+  // With the one-row class (OneRowClass()) each lane's token is one row: every batch size is one
+  // class, so a lane's row comes out the same alone, next to any other lanes, and as Decode
+  // computes it; recurrent and hybrid models step together too.
+  // Without it each lane's token is written at `pos` together with a pad row of its own at pos + 1
+  // (the same token, its logits computed and dropped), removed again afterwards. Why: on
+  // llama.cpp's CPU backend a lone query row per KV stream gets an attention result that moves with
+  // the KV length of the longest lane in the batch, and a lone output row takes another
+  // vocabulary-projection kernel than 2+ rows; with two rows of each per lane, a lane's row comes
+  // out the same whatever else is in the batch (measured; certify::CheckLaneBatching proves it per
+  // model). So a lane's logits are the same alone or with any other lanes, but they are not those
+  // of Decode (one row): a server uses one or the other for every generated token.
   // Returns the logits per step, in order; each lane then holds pos + 1 tokens.
-  // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + 2 <= LaneCapacity(), 2 rows per
-  // lane within n_ubatch (InvalidArgument otherwise). With one KV stream for all lanes
+  // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + rows <= LaneCapacity(), every
+  // lane's rows within n_ubatch (InvalidArgument otherwise). With one KV stream for all lanes
   // (kv_unified) the lanes' cells interleave, so a lane's numbers may still move with the traffic;
-  // skippy-server does not batch lanes then. FailedPrecondition for recurrent and hybrid models, whose state
-  // cannot drop the pad row (CanDecodeSteps). On a llama.cpp failure every lane is cut back to pos.
+  // skippy-server does not batch lanes then. FailedPrecondition for recurrent and hybrid models
+  // without the one-row class, whose state cannot drop the pad row (CanDecodeSteps). On a
+  // llama.cpp failure every attention lane is cut back to pos.
   struct DecodeStepIn {
     int32_t lane = 0;
     Token token = 0;
     int32_t pos = 0;
   };
   StatusOr<std::vector<std::vector<float>>> DecodeStep(std::span<const DecodeStepIn> steps);
-  bool CanDecodeSteps() const { return !model_->is_recurrent() && !model_->is_hybrid(); }
+  bool CanDecodeSteps() const { return OneRowClass() || (!model_->is_recurrent() && !model_->is_hybrid()); }
   // Cells one lane can hold (llama_n_ctx_seq): its own stream's, or with kv_unified the shared
   // stream's, which the other sequences also use.
   int32_t LaneCapacity() const;

@@ -37,6 +37,8 @@ using GetFn = bool (*)();
 struct InvariantSwitch {
   SetFn set = nullptr;
   GetFn get = nullptr;
+  SetFn set_one_row = nullptr;  // absent in builds of an older patch series
+  GetFn get_one_row = nullptr;
 };
 
 const InvariantSwitch& Switch() {
@@ -44,6 +46,9 @@ const InvariantSwitch& Switch() {
     InvariantSwitch out;
     out.set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_set_batch_invariant"));
     out.get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_get_batch_invariant"));
+    out.set_one_row = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_set_batch_invariant_one_row"));
+    out.get_one_row = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_get_batch_invariant_one_row"));
+    if (out.set_one_row == nullptr || out.get_one_row == nullptr) out.set_one_row = nullptr, out.get_one_row = nullptr;
     if (out.set == nullptr || out.get == nullptr) out = {};
     return out;
   }();
@@ -78,6 +83,17 @@ bool BatchInvariant() {
   ApplyDefaultOnce();
   return BatchInvariantAvailable() && Switch().get();
 }
+
+bool OneRowClassAvailable() { return Switch().set_one_row != nullptr; }
+
+bool SetOneRowClass(bool on) {
+  if (!OneRowClassAvailable()) return false;
+  std::lock_guard<std::mutex> lock(g_switch_mu);
+  Switch().set_one_row(on);
+  return true;
+}
+
+bool OneRowClass() { return BatchInvariant() && OneRowClassAvailable() && Switch().get_one_row(); }
 
 void EnsureLlamaBackend() {
   static std::once_flag once;

@@ -30,6 +30,18 @@ bool BatchInvariantAvailable();
 bool SetBatchInvariant(bool on);
 bool BatchInvariant();
 
+// The one-row class (a second switch of the patch series, in force only with the batch-invariant
+// mode): a one-row batch takes the batch kernels too (padded GEMM groups for repacked weights,
+// tinyBLAS for float weights, flash attention's tiled path), so every batch size is one class and
+// a token decoded alone gets the bits it gets in any batch. What lets lanes decode together in one
+// llama_decode without pad rows (Engine::DecodeStep). Off by default: it makes a lone decode step
+// slower (measured per format in docs/evidence/one-row-class/). Same rules as above: process-wide,
+// set before contexts exist; SetOneRowClass returns false, changing nothing, when the loaded
+// libggml-cpu lacks it.
+bool OneRowClassAvailable();
+bool SetOneRowClass(bool on);
+bool OneRowClass();
+
 // The most recent llama.cpp error/warning lines (newest last), joined; empty if none.
 // Clears the buffer.
 std::string TakeLlamaLogTail();
