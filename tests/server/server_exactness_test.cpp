@@ -297,18 +297,20 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
 
 // Lanes step together (--lane-batching, Engine::DecodeStep): two requests generated at the same time on a two-lane
 // server get the tokens and log-probabilities each gets alone, on a --no-cache server (no decoded
-// results to answer repeats) and on a cache-on one; a recurrent family decodes its lanes one at a
-// time and says why.
-TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) {
+// results to answer repeats) and on a cache-on one. With the patch series' one-row class a lane's
+// token is one row of the batch, and a hybrid family's lanes step together too.
+void ExpectLanesStepExactly(const std::string& family) {
+  SCOPED_TRACE(family);
   const std::vector<std::string> common = {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"};
   std::vector<std::string> off_flags = common;
   off_flags.push_back("--no-cache");
-  auto off = ServerProcess::Start("llama", off_flags, "lanes-off");
+  auto off = ServerProcess::Start(family, off_flags, "lanes-off");
   ASSERT_TRUE(off);
-  auto on = ServerProcess::Start("llama", common, "lanes-on");
+  auto on = ServerProcess::Start(family, common, "lanes-on");
   ASSERT_TRUE(on);
   auto stats = [](ServerProcess& p) { return json::parse(p.Client()->Get("/cache/stats")->body); };
   EXPECT_TRUE(stats(*off)["lane_batching"].value("on", false)) << stats(*off).dump();
+  EXPECT_TRUE(stats(*on)["lane_batching"].value("one_row_class", false)) << stats(*on).dump();
   const json reqs[2] = {{{"prompt", Words(11, 12)}, {"n_predict", 48}},
                         {{"prompt", Words(12, 300)}, {"n_predict", 64}}};
   auto ask = [](ServerProcess& p, json req) {
@@ -338,18 +340,22 @@ TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) {
     EXPECT_GT(stats(*server)["lane_batching"].value("steps_together", 0), 0) << "the requests never overlapped";
   }
   // A repeat on the cache-on server is a decoded-result hit: its first token needs no decode, the
-  // rest go through the same padded steps.
+  // rest go through the same steps.
   const json again = ask(*on, reqs[0]);
   EXPECT_TRUE(again["skippy"].value("decoded_result_hit", false)) << again["skippy"].dump();
   EXPECT_EQ(again["completion_probabilities"], alone[0]["completion_probabilities"]);
-  auto hybrid = ServerProcess::Start("qwen3next", common, "lanes-hybrid");
-  ASSERT_TRUE(hybrid);
-  const json h = stats(*hybrid)["lane_batching"];
-  EXPECT_FALSE(h.value("on", true)) << h.dump();
-  EXPECT_NE(h.value("reason", "").find("recurrent"), std::string::npos) << h.dump();
+}
+
+TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) { ExpectLanesStepExactly("llama"); }
+
+TEST(LaneBatching, HybridLanesStepTogetherExactly) { ExpectLanesStepExactly("qwen3next"); }
+
+TEST(LaneBatching, OffUnlessAskedFor) {
   auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "lanes-default");
   ASSERT_TRUE(plain);
-  EXPECT_FALSE(stats(*plain)["lane_batching"].value("on", true)) << "off unless asked for";
+  const json s = json::parse(plain->Client()->Get("/cache/stats")->body);
+  EXPECT_FALSE(s["lane_batching"].value("on", true)) << "off unless asked for";
+  EXPECT_FALSE(s["lane_batching"].value("one_row_class", true));
 }
 
 // n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).
@@ -357,6 +363,50 @@ std::vector<int> TokenRun(int from, int n) {
   std::vector<int> v;
   for (int i = 0; i < n; ++i) v.push_back(1000 + (from + i * 7) % 5000);
   return v;
+}
+
+// With the one-row class (--lane-batching) a generated token's KV is the KV it gets as a prompt
+// row, so the lane keeps the answer too: a next turn that sends the previous prompt, the answer's
+// tokens and a new question restores all of the first two, and its log-probabilities equal a
+// --no-cache server's. Without the class only the previous prompt is restored.
+TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
+  const std::vector<std::string> batching = {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"};
+  std::vector<std::string> off_flags = batching;
+  off_flags.push_back("--no-cache");
+  auto on = ServerProcess::Start("llama", batching, "turns-on");
+  ASSERT_TRUE(on);
+  auto off = ServerProcess::Start("llama", off_flags, "turns-off");
+  ASSERT_TRUE(off);
+  auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "turns-plain");
+  ASSERT_TRUE(plain);
+  auto ask = [](ServerProcess& p, const std::vector<int>& prompt, int n) {
+    json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
+                {"return_tokens", true}, {"n_probs", 2}};
+    auto [status, body] = PostJson(*p.Client(), "/completion", req);
+    EXPECT_EQ(status, 200) << body.dump();
+    return body;
+  };
+  const std::vector<int> first = TokenRun(3, 200);
+  for (ServerProcess* server : {on.get(), plain.get()}) {
+    const json a = ask(*server, first, 24);
+    const std::vector<int> answer = a["tokens"].get<std::vector<int>>();
+    ASSERT_EQ(answer.size(), 24u);
+    std::vector<int> second = first;
+    second.insert(second.end(), answer.begin(), answer.end());
+    const std::vector<int> question = TokenRun(11, 30);
+    second.insert(second.end(), question.begin(), question.end());
+    const json b = ask(*server, second, 16);
+    const int cached = b["timings"].value("cache_n", -1);
+    if (server == on.get()) {
+      // All but the last answer token (sampled, never decoded) are in the lane.
+      EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
+      const json ref = ask(*off, second, 16);
+      EXPECT_EQ(b["tokens"], ref["tokens"]);
+      EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
+    } else {
+      EXPECT_EQ(cached, 200) << "without the one-row class the answer is recomputed: " << b["timings"].dump();
+    }
+  }
 }
 
 // A document asked about with a second question branches off the first question's path at the

@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
   app.add_flag("--lane-batching", o.lane_batching,
-               "decode the lanes' generated tokens in one batch, each with a pad row so answers do not depend "
-               "on the other lanes (proved at startup; default: one lane at a time)");
+               "decode the lanes' generated tokens in one batch; answers do not depend on the other lanes: every "
+               "batch size is one class with the patch series' one-row class (a lone decode step costs more), a pad "
+               "row per lane without it (proved at startup; default: one lane at a time)");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   bool stock_kernels = false;
   app.add_flag("--no-batch-invariant", stock_kernels,
@@ -136,6 +137,8 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
+  // Lanes that decode together need a lone row in the class of any batch, or a pad row each.
+  if (o.lane_batching && o.lane_count >= 2 && !stock_kernels) skippy::runtime::SetOneRowClass(true);
   // Resolved here, once, before any context exists: never llama.cpp's "auto", which could resolve
   // differently in two contexts (state blobs carry the V layout).
   if (flash_attn.empty()) flash_attn = skippy::runtime::BatchInvariant() ? "on" : "off";

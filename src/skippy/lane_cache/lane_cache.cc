@@ -151,7 +151,7 @@ void LaneCache::AfterFirstToken(int32_t lane, const std::vector<float>& logits) 
   recorder_.Decoded(job.scope, job.prompt, job.classes, logits);
 }
 
-void LaneCache::Finish(int32_t lane, bool completed) {
+void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> generated) {
   LaneJob& job = jobs_.at(static_cast<size_t>(lane));
   Held& held = held_[static_cast<size_t>(lane)];
   held = Held{};
@@ -160,9 +160,17 @@ void LaneCache::Finish(int32_t lane, bool completed) {
   if (completed && job.active && n > 0) {
     switch (strategy_->lane_keep()) {
       case FamilyStrategy::LaneKeep::kNothing: break;
-      // Generated tokens are cut off: they were decoded one row at a time, not in the prompt's batches.
+      // Generated tokens were decoded one row at a time: kept where a one-row batch is in the
+      // prompt rows' class, cut off otherwise.
       case FamilyStrategy::LaneKeep::kPromptKv:
-        keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
+        if (MinBatch() == 1 && !generated.empty() &&
+            backend_.SequenceLength(lane) == n + static_cast<int32_t>(generated.size())) {
+          job.prompt.insert(job.prompt.end(), generated.begin(), generated.end());
+          job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
+          keep = true;
+        } else {
+          keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
+        }
         break;
       case FamilyStrategy::LaneKeep::kEverything: keep = backend_.SequenceLength(lane) >= n; break;
     }

@@ -14,8 +14,11 @@
 //        once the first generated token is out and the lane still holds exactly the prompt: the
 //        prompt-end records and the decoded result, off the time to first token. Calls after the
 //        first do nothing.
-//   Finish(lane, completed)     the job is over: the lane keeps its prompt for the next job (its
-//                               strategy's LaneKeep, when `completed`) or is cleared.
+//   Finish(lane, completed, generated)
+//        the job is over: the lane keeps its prompt for the next job (its strategy's LaneKeep,
+//        when `completed`) or is cleared. With a smallest exact batch of 1 (runtime::OneRowClass:
+//        a token decoded alone is computed as a prompt row) a dense lane also keeps the generated
+//        tokens decoded into it, so a conversation's next turn restores the previous answer too.
 //
 // Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
 // restored prefix serves a prompt only as far as its rows were computed in the same classes: a
@@ -88,7 +91,9 @@ class LaneCache {
                  std::span<const size_t> message_ends);
   void AtBoundary(int32_t lane, size_t end);
   void AfterFirstToken(int32_t lane, const std::vector<float>& logits);
-  void Finish(int32_t lane, bool completed);
+  // generated: the tokens decoded into the lane after the prompt, in order (not the last sampled
+  // one, which was never decoded).
+  void Finish(int32_t lane, bool completed, std::span<const Token> generated = {});
 
   // Drops every entry of one tenant namespace, or of all when nullopt; returns how many prefix
   // entries were erased. Between jobs' steps only (no lane mid-prefill is affected: its records go

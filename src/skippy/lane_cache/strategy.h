@@ -56,7 +56,7 @@ class FamilyStrategy {
   // What a lane keeps of its last job for the next one in the same namespace.
   enum class LaneKeep {
     kNothing,     // cleared
-    kPromptKv,    // the prompt's KV (generated tokens cut off: decoded one row at a time)
+    kPromptKv,    // the prompt's KV, and the generated tokens' where one row is in the prompt's class
     kEverything,  // hybrids: recurrent state cannot be cut; the attention KV still serves
   };
   struct Tools {

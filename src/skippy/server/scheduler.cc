@@ -88,7 +88,7 @@ Status Scheduler::Load() {
   // rounds a lane's cells up to a multiple of 256, so with -c a multiple of 256 this costs 256
   // cells per lane (also for recurrent models, which then decode one lane at a time: the model is
   // not known before the context is made).
-  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching ? 1 : 0;
+  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching && !runtime::OneRowClass() ? 1 : 0;
   // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences: a
   // lane's cells start at cell 0 of its own stream, so a restored prefix sits exactly where a
   // recompute puts it. Sliding-window layers get the full per-lane size too, so a lane never
@@ -183,9 +183,10 @@ void Scheduler::DecideLaneBatching() {
     no_batching = "one lane";
   } else if (!options_.lane_batching) {
     no_batching = "off (--lane-batching turns it on)";
-  } else if (2 * options_.lane_count > engine_->context().options().n_ubatch) {
-    no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", 2 * options_.lane_count,
-                         " rows, more than the batch of ", engine_->context().options().n_ubatch);
+  } else if (const uint32_t rows = (runtime::OneRowClass() ? 1 : 2) * options_.lane_count;
+             rows > engine_->context().options().n_ubatch) {
+    no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", rows, " rows, more than the batch of ",
+                         engine_->context().options().n_ubatch);
   } else if (!engine_->CanDecodeSteps()) {
     no_batching = "recurrent state cannot drop a pad row";
   } else if (auto check = certify::CheckLaneBatching(*engine_, 0, 1); !check.ok()) {
@@ -196,6 +197,7 @@ void Scheduler::DecideLaneBatching() {
   }
   lane_batching_ = no_batching.empty();
   lane_batching_json_["on"] = lane_batching_;
+  lane_batching_json_["one_row_class"] = runtime::OneRowClass();
   if (!lane_batching_) {
     lane_batching_json_["reason"] = no_batching;
     if (options_.lane_count >= 2 && options_.lane_batching) {
@@ -496,6 +498,7 @@ void Scheduler::Generate(int32_t id) {
     return;
   }
   lane.logits = std::move(*logits);
+  lane.decoded.push_back(lane.next_token);
   ++lane.pos;
   EmitToken(id);
 }
@@ -519,6 +522,7 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
       continue;
     }
     lane.logits = std::move((*logits)[i]);
+    lane.decoded.push_back(lane.next_token);
     ++lane.pos;
     EmitToken(stepping[i]);
   }
@@ -526,9 +530,10 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
 
 void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiError> error) {
   Lane& lane = lanes_[id];
-  // The lane keeps its prompt for the next request when it was fully computed, or is cleared.
+  // The lane keeps its prompt (and, where decode rows are in the prompt rows' class, the tokens
+  // generated into it) for the next request when it was fully computed, or is cleared.
   const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
-  cache_->Finish(id, !error && n > 0 && lane.pos >= n);
+  cache_->Finish(id, !error && n > 0 && lane.pos >= n, lane.decoded);
   const Clock::time_point now = Clock::now();
   if (lane.prefill_done != Clock::time_point{}) {
     lane.timings.prompt_ms = MsBetween(lane.started, lane.prefill_done);

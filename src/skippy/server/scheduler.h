@@ -96,6 +96,7 @@ class Scheduler {
     Clock::time_point prefill_done;
     int64_t generated = 0;
     runtime::Token next_token = 0;  // streamed, decoded at the next step (Phase::kGenerate)
+    std::vector<runtime::Token> decoded;  // generated tokens decoded into the lane, in order
   };
 
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).

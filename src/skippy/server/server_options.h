@@ -21,9 +21,10 @@ struct ServerOptions {
   uint32_t min_exact_batch = 0;
   uint32_t lane_count = 1;          // --runtime-lane-count
   // --lane-batching: decode the generated tokens of all busy lanes in one batch (Scheduler,
-  // Engine::DecodeStep) when the startup lane-batching check passes. Off by default: its pad rows
-  // make a lone lane's decode 1.4x-1.6x slower per token on the bench zoo, for 1.3x-1.6x
-  // throughput at four busy lanes (README "Lanes").
+  // Engine::DecodeStep) when the startup lane-batching check passes. skippy-server switches the
+  // one-row class on for it (runtime::OneRowClass): one row per lane, any model. Without that class
+  // (an older patched build), a pad row per lane, attention-only models. Off by default: a lone
+  // lane's decode costs more per token either way (docs/evidence/one-row-class/).
   bool lane_batching = false;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
