@@ -8,8 +8,9 @@ Starts build/bin/skippy-server on MODEL (2 threads, 2048-token context, four lan
 then four at once (short distinct prompts, 64 generated tokens, greedy, ignore_eos). Prints JSON
 lines: per run the wall time of each burst and each request's predicted_ms, then the medians of
 the per-token decode time (predicted_ms / 63) alone and of the four-client burst throughput
-(tokens/s). Lane batching pads every lane's decode with a row of its own (Engine::DecodeStep), so
-the lone-client number is the price and the four-client one the gain.
+(tokens/s). Lane batching computes every lane's token in the kernels' one-row class (a pad row per
+lane on a build without it; Engine::DecodeStep), so the lone-client number is the price and the
+four-client one the gain.
 """
 import json, statistics, sys, threading, time
 
