@@ -48,7 +48,10 @@ const InvariantSwitch& Switch() {
     out.get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_get_batch_invariant"));
     out.set_one_row = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_set_batch_invariant_one_row"));
     out.get_one_row = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "ggml_cpu_get_batch_invariant_one_row"));
-    if (out.set_one_row == nullptr || out.get_one_row == nullptr) out.set_one_row = nullptr, out.get_one_row = nullptr;
+    if (out.set_one_row == nullptr || out.get_one_row == nullptr) {
+      out.set_one_row = nullptr;
+      out.get_one_row = nullptr;
+    }
     if (out.set == nullptr || out.get == nullptr) out = {};
     return out;
   }();
