@@ -295,13 +295,14 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
   ExpectChatMatchesNoCache("gemma3", {"--no-batch-invariant"});
 }
 
-// Lanes step together (--lane-batching, Engine::DecodeStep): two requests generated at the same time on a two-lane
-// server get the tokens and log-probabilities each gets alone, on a --no-cache server (no decoded
-// results to answer repeats) and on a cache-on one. With the patch series' one-row class a lane's
-// token is one row of the batch, and a hybrid family's lanes step together too.
+// Lanes step together (--lane-batching, Engine::DecodeStep): four requests of different lengths
+// sent at the same time to a four-lane server (so some lanes prefill while others decode) get the
+// tokens and log-probabilities each gets alone, on a --no-cache server (no decoded results to
+// answer repeats) and on a cache-on one. With the patch series' one-row class a lane's token is
+// one row of the batch, and a hybrid family's lanes step together too.
 void ExpectLanesStepExactly(const std::string& family) {
   SCOPED_TRACE(family);
-  const std::vector<std::string> common = {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"};
+  const std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching"};
   std::vector<std::string> off_flags = common;
   off_flags.push_back("--no-cache");
   auto off = ServerProcess::Start(family, off_flags, "lanes-off");
@@ -311,8 +312,10 @@ void ExpectLanesStepExactly(const std::string& family) {
   auto stats = [](ServerProcess& p) { return json::parse(p.Client()->Get("/cache/stats")->body); };
   EXPECT_TRUE(stats(*off)["lane_batching"].value("on", false)) << stats(*off).dump();
   EXPECT_TRUE(stats(*on)["lane_batching"].value("one_row_class", false)) << stats(*on).dump();
-  const json reqs[2] = {{{"prompt", Words(11, 12)}, {"n_predict", 48}},
-                        {{"prompt", Words(12, 300)}, {"n_predict", 64}}};
+  const json reqs[4] = {{{"prompt", Words(11, 12)}, {"n_predict", 48}},
+                        {{"prompt", Words(12, 300)}, {"n_predict", 64}},
+                        {{"prompt", Words(13, 60)}, {"n_predict", 40}},
+                        {{"prompt", Words(14, 150)}, {"n_predict", 56}}};
   auto ask = [](ServerProcess& p, json req) {
     req["temperature"] = 0;
     req["ignore_eos"] = true;
@@ -322,17 +325,19 @@ void ExpectLanesStepExactly(const std::string& family) {
     EXPECT_EQ(status, 200) << body.dump();
     return body;
   };
-  json alone[2] = {ask(*off, reqs[0]), ask(*off, reqs[1])};
+  json alone[4];
+  for (int i = 0; i < 4; ++i) alone[i] = ask(*off, reqs[i]);
   ASSERT_FALSE(alone[0]["completion_probabilities"].is_null());
   for (ServerProcess* server : {off.get(), on.get()}) {
-    // Both at once, until the server has stepped both lanes in one batch (tiny models decode in
-    // about a millisecond, so the two may miss each other).
+    // All at once, until the server has stepped lanes in one batch (tiny models decode in about a
+    // millisecond, so the requests may miss each other).
     for (int attempt = 0; attempt < 5 && stats(*server)["lane_batching"].value("steps_together", 0) == 0; ++attempt) {
-      json together[2];
-      std::thread t([&] { together[1] = ask(*server, reqs[1]); });
+      json together[4];
+      std::vector<std::thread> others;
+      for (int i = 1; i < 4; ++i) others.emplace_back([&, i] { together[i] = ask(*server, reqs[i]); });
       together[0] = ask(*server, reqs[0]);
-      t.join();
-      for (int i = 0; i < 2; ++i) {
+      for (std::thread& t : others) t.join();
+      for (int i = 0; i < 4; ++i) {
         EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
         EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
       }
