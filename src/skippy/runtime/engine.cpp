@@ -126,7 +126,7 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
   // With the one-row class a lane's one row is computed the same in any batch: no pad row. Without
   // it, both rows of a lane must land in one ubatch (llama.cpp's equal split takes as many rows
   // from every lane), or the real row is computed alone after all.
-  const size_t rows_per_lane = OneRowClass() ? 1 : 2;
+  const size_t rows_per_lane = DecodeStepRows();
   const uint32_t n_ubatch = context_->options().n_ubatch;
   if (rows_per_lane * steps.size() > n_ubatch) {
     return absl::InvalidArgumentError(StrCat(steps.size(), " lanes need ", rows_per_lane * steps.size(),

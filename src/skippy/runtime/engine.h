@@ -54,6 +54,9 @@ inline size_t MinExactBatch(bool flash_attn, size_t claimed = 0) {
   return (flash_attn && !BatchInvariant()) ? 64 : 2;
 }
 
+// Rows Engine::DecodeStep writes per lane: one in the one-row class, else the token and a pad row.
+inline size_t DecodeStepRows() { return OneRowClass() ? 1 : 2; }
+
 struct EngineOptions {
   std::string model_path;
   std::string model_id;          // defaults to the file's SHA-256 prefix when empty

@@ -88,7 +88,8 @@ Status Scheduler::Load() {
   // rounds a lane's cells up to a multiple of 256, so with -c a multiple of 256 this costs 256
   // cells per lane (also for recurrent models, which then decode one lane at a time: the model is
   // not known before the context is made).
-  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching && !runtime::OneRowClass() ? 1 : 0;
+  const uint32_t pad =
+      options_.lane_count >= 2 && options_.lane_batching ? static_cast<uint32_t>(runtime::DecodeStepRows() - 1) : 0;
   // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences: a
   // lane's cells start at cell 0 of its own stream, so a restored prefix sits exactly where a
   // recompute puts it. Sliding-window layers get the full per-lane size too, so a lane never
@@ -183,7 +184,7 @@ void Scheduler::DecideLaneBatching() {
     no_batching = "one lane";
   } else if (!options_.lane_batching) {
     no_batching = "off (--lane-batching turns it on)";
-  } else if (const uint32_t rows = (runtime::OneRowClass() ? 1 : 2) * options_.lane_count;
+  } else if (const auto rows = static_cast<uint32_t>(runtime::DecodeStepRows()) * options_.lane_count;
              rows > engine_->context().options().n_ubatch) {
     no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", rows, " rows, more than the batch of ",
                          engine_->context().options().n_ubatch);
