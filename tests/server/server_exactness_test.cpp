@@ -373,7 +373,8 @@ std::vector<int> TokenRun(int from, int n) {
 // With the one-row class (--lane-batching) a generated token's KV is the KV it gets as a prompt
 // row, so the lane keeps the answer too: a next turn that sends the previous prompt, the answer's
 // tokens and a new question restores all of the first two, and its log-probabilities equal a
-// --no-cache server's. Without the class only the previous prompt is restored.
+// --no-cache server's; the exchange is also recorded as an entry, which serves the turn once
+// another prompt has taken the lane. Without the class only the previous prompt is restored.
 TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   const std::vector<std::string> batching = {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"};
   std::vector<std::string> off_flags = batching;
@@ -405,9 +406,27 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
     if (server == on.get()) {
       // All but the last answer token (sampled, never decoded) are in the lane.
       EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
+      EXPECT_EQ(b["skippy"].value("cache_tier", ""), "lane");
       const json ref = ask(*off, second, 16);
       EXPECT_EQ(b["tokens"], ref["tokens"]);
       EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
+      // An exchange is an entry too: once another prompt has taken the lane, a next turn restores
+      // it from memory, with the numbers of a recompute.
+      const std::vector<int> first2 = TokenRun(7, 200);
+      const std::vector<int> answer2 = ask(*server, first2, 24)["tokens"].get<std::vector<int>>();
+      ASSERT_EQ(answer2.size(), 24u);
+      (void)ask(*server, TokenRun(5, 150), 4);
+      std::vector<int> other = first2;
+      other.insert(other.end(), answer2.begin(), answer2.end());
+      for (int t : TokenRun(17, 30)) other.push_back(t);
+      const json c = ask(*server, other, 16);
+      EXPECT_EQ(c["timings"].value("cache_n", -1), 200 + 23) << c["timings"].dump();
+      EXPECT_EQ(c["skippy"].value("cache_tier", ""), "memory") << c["skippy"].dump();
+      const json ref_c = ask(*off, other, 16);
+      EXPECT_EQ(c["tokens"], ref_c["tokens"]);
+      EXPECT_EQ(c["completion_probabilities"], ref_c["completion_probabilities"]);
+      const json stats = json::parse(server->Client()->Get("/cache/stats")->body);
+      EXPECT_GE(stats.value("answer_records", 0), 1) << stats.dump();
     } else {
       EXPECT_EQ(cached, 200) << "without the one-row class the answer is recomputed: " << b["timings"].dump();
     }

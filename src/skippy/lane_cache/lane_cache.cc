@@ -168,6 +168,13 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
           job.prompt.insert(job.prompt.end(), generated.begin(), generated.end());
           job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
           keep = true;
+          // A conversation's next turn starts with this exchange; as an entry it is restored on
+          // whichever lane the turn lands on (the lane itself keeps it only until another job
+          // takes it), as llama-server's prompt cache keeps a slot's prompt and answer.
+          if (job.records &&
+              recorder_.Resident(lane, job.scope, job.prompt, job.classes, strategy_->ExactOnly(job.prompt.size()))) {
+            ++counters_.answer_records;
+          }
         } else {
           keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
         }
@@ -227,6 +234,7 @@ LaneCacheStats LaneCache::Stats() const {
   s.evictions = counters_.evictions.load();
   s.stored_hits = counters_.stored_hits.load();
   s.lane_hits = counters_.lane_hits.load();
+  s.answer_records = counters_.answer_records.load();
   s.recurrent_onto_hits = counters_.recurrent_onto_hits.load();
   s.disk_hits = counters_.disk_hits.load();
   s.shared_hits = counters_.shared_hits.load();

@@ -18,7 +18,8 @@
 //        the job is over: the lane keeps its prompt for the next job (its strategy's LaneKeep,
 //        when `completed`) or is cleared. With a smallest exact batch of 1 (runtime::OneRowClass:
 //        a token decoded alone is computed as a prompt row) a dense lane also keeps the generated
-//        tokens decoded into it, so a conversation's next turn restores the previous answer too.
+//        tokens decoded into it and records them with the prompt as an entry, so a
+//        conversation's next turn restores the previous answer too, on any lane.
 //
 // Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
 // restored prefix serves a prompt only as far as its rows were computed in the same classes: a

@@ -20,15 +20,18 @@ cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::Ba
 
 void Recorder::Count(bool recorded) { ++(recorded ? counters_.records : counters_.record_skips); }
 
-void Recorder::Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+bool Recorder::Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
                         const cache::BatchClasses& classes, bool exact_only) {
   if (backend_.SequenceLength(lane) != static_cast<int32_t>(prompt.size())) {
     Count(false);
-    return;
+    return false;
   }
   auto bytes = backend_.ExportResident(lane);
   if (!bytes.ok()) Warn("export", bytes.status());
-  Count(bytes.ok() && Store(scope, prompt, PayloadKind::kResidentKv, *bytes, exact_only, classes).has_value());
+  const bool recorded =
+      bytes.ok() && Store(scope, prompt, PayloadKind::kResidentKv, *bytes, exact_only, classes).has_value();
+  Count(recorded);
+  return recorded;
 }
 
 void Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,

@@ -60,8 +60,8 @@ class Recorder {
 
   // ResidentKv: exports the lane's KV as the entry of `prompt`. Skipped unless the lane holds
   // exactly prompt.size() tokens. exact_only: the entry serves its whole length only (sliding
-  // window shorter than the prompt).
-  void Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
+  // window shorter than the prompt). Returns whether the entry was recorded.
+  bool Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
                 const cache::BatchClasses& classes, bool exact_only);
   // KvRecurrent: exports the lane's whole state, which ends at the end of `prefix`.
   void Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,

@@ -17,6 +17,7 @@ namespace skippy::lane_cache {
 // Written on the engine thread, read from any thread.
 struct LaneCacheCounters {
   std::atomic<uint64_t> records{0};             // entries recorded
+  std::atomic<uint64_t> answer_records{0};      // of those, a prompt with the answer generated to it
   std::atomic<uint64_t> record_skips{0};        // records not made (full, present, failed export)
   std::atomic<uint64_t> evictions{0};           // entries dropped for a cap
   std::atomic<uint64_t> stored_hits{0};         // restores imported from the payload tier
@@ -33,7 +34,7 @@ struct LaneCacheStats {
   cache::CacheStats cache;  // index, pool caps, decoded results
   std::string tier_name;
   cache::TierUsage tier;
-  uint64_t records = 0, record_skips = 0, evictions = 0;
+  uint64_t records = 0, answer_records = 0, record_skips = 0, evictions = 0;
   uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0, disk_hits = 0, shared_hits = 0;
   std::optional<cache::DiskTierStats> disk;      // with a disk tier
   std::optional<cache::SharedTierStats> shared;  // with a shared tier

@@ -71,6 +71,7 @@ nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
         {"identity-mismatch", index.miss_identity_mismatch}}},
       {"evictions", s.evictions},
       {"records", s.records},
+      {"answer_records", s.answer_records},
       {"record_skips", s.record_skips},
       {"stored_hits", s.stored_hits},
       {"lane_hits", s.lane_hits},
