@@ -374,7 +374,8 @@ std::vector<int> TokenRun(int from, int n) {
 // row, so the lane keeps the answer too: a next turn that sends the previous prompt, the answer's
 // tokens and a new question restores all of the first two, and its log-probabilities equal a
 // --no-cache server's; the exchange is also recorded as an entry, which serves the turn once
-// another prompt has taken the lane. Without the class only the previous prompt is restored.
+// another prompt has taken the lane. --one-row-class does the same on one lane. Without the class
+// only the previous prompt is restored.
 TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   const std::vector<std::string> batching = {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"};
   std::vector<std::string> off_flags = batching;
@@ -385,6 +386,9 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   ASSERT_TRUE(off);
   auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "turns-plain");
   ASSERT_TRUE(plain);
+  // One lane: nothing to batch, the class alone keeps the answer.
+  auto single = ServerProcess::Start("llama", {"-c", "1024", "--one-row-class"}, "turns-single");
+  ASSERT_TRUE(single);
   auto ask = [](ServerProcess& p, const std::vector<int>& prompt, int n) {
     json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
                 {"return_tokens", true}, {"n_probs", 2}};
@@ -393,7 +397,7 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
     return body;
   };
   const std::vector<int> first = TokenRun(3, 200);
-  for (ServerProcess* server : {on.get(), plain.get()}) {
+  for (ServerProcess* server : {on.get(), single.get(), plain.get()}) {
     const json a = ask(*server, first, 24);
     const std::vector<int> answer = a["tokens"].get<std::vector<int>>();
     ASSERT_EQ(answer.size(), 24u);
@@ -403,7 +407,11 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
     second.insert(second.end(), question.begin(), question.end());
     const json b = ask(*server, second, 16);
     const int cached = b["timings"].value("cache_n", -1);
-    if (server == on.get()) {
+    if (server == single.get()) {
+      EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
+      const json ref = ask(*off, second, 16);
+      EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
+    } else if (server == on.get()) {
       // All but the last answer token (sampled, never decoded) are in the lane.
       EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
       EXPECT_EQ(b["skippy"].value("cache_tier", ""), "lane");

@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
                "decode the lanes' generated tokens in one batch; answers do not depend on the other lanes: every "
                "batch size is one class with the patch series' one-row class (a lone decode step costs more), a pad "
                "row per lane without it (proved at startup; default: one lane at a time)");
+  bool one_row_class = false;
+  app.add_flag("--one-row-class", one_row_class,
+               "compute a lone row (a decode step) in the batch kernels' class too (the patch series' one-row "
+               "class): a generated token's KV is then a prompt token's, so a lane keeps an answer and records it "
+               "with its prompt for the conversation's next turn; a lone decode step costs more on F16 weights "
+               "(implied by --lane-batching with 2+ lanes)");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   bool stock_kernels = false;
   app.add_flag("--no-batch-invariant", stock_kernels,
@@ -138,7 +144,15 @@ int main(int argc, char** argv) {
   o.cache_enabled = !no_cache;
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
   // Lanes that decode together need a lone row in the class of any batch, or a pad row each.
-  if (o.lane_batching && o.lane_count >= 2 && !stock_kernels) skippy::runtime::SetOneRowClass(true);
+  if (one_row_class && stock_kernels) {
+    std::fprintf(stderr, "skippy-server: --one-row-class needs the batch-invariant kernels (not --no-batch-invariant)\n");
+    return 2;
+  }
+  if ((one_row_class || (o.lane_batching && o.lane_count >= 2)) && !stock_kernels &&
+      !skippy::runtime::SetOneRowClass(true) && one_row_class) {
+    std::fprintf(stderr, "skippy-server: --one-row-class: this llama.cpp build has no one-row class (patch series)\n");
+    return 2;
+  }
   // Resolved here, once, before any context exists: never llama.cpp's "auto", which could resolve
   // differently in two contexts (state blobs carry the V layout).
   if (flash_attn.empty()) flash_attn = skippy::runtime::BatchInvariant() ? "on" : "off";
