@@ -59,7 +59,8 @@ TEST(OneRowClass, EveryBatchSizeIsOneClass) {
 
 TEST(OneRowClass, EveryBatchSizeIsOneClassOnQuantizedWeights) {
   REQUIRE_ONE_ROW_CLASS();
-  // Q4_K: repacked (padded GEMM groups); Q8_0: its dot product matches tinyBLAS; IQ2_XS: the panel.
+  // Q4_K: repacked, a lone row on the GEMM-order GEMV (patch 0006); Q8_0: its dot product matches
+  // tinyBLAS; IQ2_XS: the panel.
   for (const char* model : {"llama.Q4_K_M", "llama.IQ2_XS", "gemma3.Q8_0", "deepseek2.Q4_K_M", "qwen3next.Q4_K_M"}) {
     ExpectBatchSplitPassesWithOneRowBatches(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
   }
