@@ -410,6 +410,7 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
     if (server == single.get()) {
       EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
       const json ref = ask(*off, second, 16);
+      EXPECT_EQ(b["tokens"], ref["tokens"]);
       EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
     } else if (server == on.get()) {
       // All but the last answer token (sampled, never decoded) are in the lane.

@@ -148,10 +148,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "skippy-server: --one-row-class needs the batch-invariant kernels (not --no-batch-invariant)\n");
     return 2;
   }
-  if ((one_row_class || (o.lane_batching && o.lane_count >= 2)) && !stock_kernels &&
-      !skippy::runtime::SetOneRowClass(true) && one_row_class) {
-    std::fprintf(stderr, "skippy-server: --one-row-class: this llama.cpp build has no one-row class (patch series)\n");
-    return 2;
+  if (!stock_kernels && (one_row_class || (o.lane_batching && o.lane_count >= 2))) {
+    // Lane batching falls back to a pad row per lane on a build without the class; an explicit
+    // --one-row-class has no fallback.
+    if (!skippy::runtime::SetOneRowClass(true) && one_row_class) {
+      std::fprintf(stderr, "skippy-server: --one-row-class: this llama.cpp build has no one-row class (patch series)\n");
+      return 2;
+    }
   }
   // Resolved here, once, before any context exists: never llama.cpp's "auto", which could resolve
   // differently in two contexts (state blobs carry the V layout).
