@@ -14,11 +14,6 @@ find_package(Threads REQUIRED)
 add_library(skippy_httplib STATIC "${_httplib_dir}/httplib.cpp")
 target_include_directories(skippy_httplib SYSTEM PUBLIC "${_httplib_dir}")
 target_compile_options(skippy_httplib PRIVATE -w)
-# Position-independent: its std::regex and locale code then reaches libstdc++'s typeinfo and
-# vtables through the GOT. Built position-dependent into an executable, those become copy
-# relocations, and libllama-common (loaded with RTLD_DEEPBIND for chat templates, see
-# runtime/chat.cpp) would see libstdc++'s originals instead: its std::regex then throws bad_cast.
-set_target_properties(skippy_httplib PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_link_libraries(skippy_httplib PUBLIC Threads::Threads)
 # Header count: skippy-server's own cap (--max-headers, 431 with an error body) sits below this
 # backstop, which stops reading a request's headers at all (400) and so bounds their memory.

@@ -1,7 +1,7 @@
 // Fuzz target: a chat request body through everything that turns messages into prompt tokens:
-// the request parser, the chat template (llama.cpp's Jinja engine in the GCC build; the GGUF's
-// built-in templates in the sanitizer build, which cannot load it), tokenization, the message
-// boundary search and /apply-template. None may crash; what PreparePrompt accepts must be a
+// the request parser, the chat template (the GGUF's, run by llama.cpp's Jinja engine, compiled
+// into the target with the same instrumentation), tokenization, the message boundary search and
+// /apply-template. None may crash; what PreparePrompt accepts must be a
 // non-empty prompt of valid tokens with boundaries ascending inside it.
 //
 // Needs a model: SKIPPY_FUZZ_MODEL, else the tiny zoo's llama (the test suite generates it).

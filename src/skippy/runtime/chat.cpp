@@ -1,12 +1,8 @@
 #include "skippy/runtime/chat.h"
 
-#include <dlfcn.h>
-
-#include <cstdio>
-
 #include <exception>
 
-#include "common/chat.h"  // types only: the functions come from LoadJinja
+#include "common/chat.h"  // llama.cpp's Jinja engine (cmake/llama_common.cmake)
 #include "llama.h"
 #include "skippy/common/strings.h"
 
@@ -14,69 +10,12 @@ namespace skippy::runtime {
 
 namespace {
 
-// common_chat_templates_init returns a std::unique_ptr whose deleter calls into the library; this
-// holder is returned the same way (one pointer, non-trivially destructible, so through memory) and
-// never frees, so nothing here needs the library's symbols at link time.
-struct TemplatesOut {
-  common_chat_templates* p = nullptr;
-  ~TemplatesOut() {}
-};
-static_assert(sizeof(TemplatesOut) == sizeof(common_chat_templates_ptr));
-
-// llama.cpp's common library (the Jinja engine llama-server renders chat templates with), loaded
-// on first use instead of linked: it carries its own build of cpp-httplib, whose exported symbols
-// would clash with the one skippy links (built with other options; linked against Debian's older
-// cpp-httplib, the process corrupted its heap at startup). RTLD_LOCAL keeps its symbols out of the process's scope and RTLD_DEEPBIND makes its
-// own references bind to its own definitions first. The symbol names are those of the pinned
-// llama.cpp; when any is missing the library is not used.
-struct JinjaLib {
-  TemplatesOut (*init)(const llama_model*, const std::string&, const std::string&, const std::string&) = nullptr;
-  decltype(&common_chat_templates_apply) apply = nullptr;
-  decltype(&common_chat_templates_free) free = nullptr;
-  decltype(&common_chat_templates_support_enable_thinking) thinking = nullptr;
-};
-
-// AddressSanitizer refuses RTLD_DEEPBIND (google/sanitizers#611), and without it the library's
-// cpp-httplib would bind to the process's: a sanitizer build renders with the GGUF's built-in
-// template (or ChatML) instead, the same on every path of that build.
-#if defined(__SANITIZE_ADDRESS__)
-#define SKIPPY_NO_DEEPBIND 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SKIPPY_NO_DEEPBIND 1
-#endif
-#endif
-
-const JinjaLib* LoadJinja() {
-  static const JinjaLib lib = [] {
-    JinjaLib l;
-#ifdef SKIPPY_NO_DEEPBIND
-    std::fprintf(stderr, "skippy: sanitizer build: chat templates without llama.cpp's Jinja engine\n");
-    return l;
-#endif
-    void* h = dlopen(SKIPPY_LLAMA_COMMON_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-    if (h == nullptr) return l;
-    auto sym = [&](const char* name) { return dlsym(h, name); };
-    l.init = reinterpret_cast<decltype(l.init)>(
-        sym("_Z26common_chat_templates_initPK11llama_modelRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES9_S9_"));
-    l.apply = reinterpret_cast<decltype(l.apply)>(
-        sym("_Z27common_chat_templates_applyPK21common_chat_templatesRK28common_chat_templates_inputs"));
-    l.free = reinterpret_cast<decltype(l.free)>(sym("_Z26common_chat_templates_freeP21common_chat_templates"));
-    l.thinking = reinterpret_cast<decltype(l.thinking)>(
-        sym("_Z45common_chat_templates_support_enable_thinkingPK21common_chat_templates"));
-    if (!l.init || !l.apply || !l.free || !l.thinking) l = JinjaLib{};
-    return l;
-  }();
-  return lib.init ? &lib : nullptr;
-}
-
 // llama-server's rendering of a chat request (no tools; thinking on when the template supports
 // it, as llama-server's default); nullopt when the template throws (some refuse a prefix of a
 // conversation).
 std::optional<std::string> RenderJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
                                        size_t count, bool add_assistant) {
-  const JinjaLib* lib = LoadJinja();
-  if (lib == nullptr || t == nullptr) return std::nullopt;
+  if (t == nullptr) return std::nullopt;
   common_chat_templates_inputs in;
   for (size_t i = 0; i < count; ++i) {
     common_chat_msg m;
@@ -88,8 +27,8 @@ std::optional<std::string> RenderJinja(const common_chat_templates* t, const std
   in.add_generation_prompt = add_assistant;
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
   try {
-    in.enable_thinking = lib->thinking(t);
-    return lib->apply(t, in).prompt;
+    in.enable_thinking = common_chat_templates_support_enable_thinking(t);
+    return common_chat_templates_apply(t, in).prompt;
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -131,11 +70,9 @@ std::optional<std::string> RenderWith(const char* tmpl, const std::vector<ChatMe
 
 const common_chat_templates* Model::ChatTemplates() const {
   std::call_once(chat_once_, [this] {
-    const JinjaLib* lib = LoadJinja();
-    if (lib == nullptr) return;
     try {
-      TemplatesOut out = lib->init(model_, "", "", "");
-      if (out.p != nullptr) chat_templates_ = std::shared_ptr<common_chat_templates>(out.p, lib->free);
+      common_chat_templates_ptr templates = common_chat_templates_init(model_, "", "", "");
+      if (templates != nullptr) chat_templates_ = std::shared_ptr<common_chat_templates>(std::move(templates));
     } catch (const std::exception&) {
     }
   });

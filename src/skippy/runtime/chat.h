@@ -1,9 +1,9 @@
 // Chat prompts: rendering OpenAI-style messages into prompt text with the model's chat template.
 //
 // RenderChat renders like llama-server: the GGUF's template (tokenizer.chat_template) run by
-// llama.cpp's Jinja engine (common_chat_templates, loaded from libllama-common at run time; without
-// a template, llama.cpp's default), with the assistant header and llama-server's default thinking
-// setting. If that library cannot be loaded or the template throws, llama_chat_apply_template's
+// llama.cpp's Jinja engine (common_chat_templates, compiled from the pinned tree; without a
+// template, llama.cpp's default), with the assistant header and llama-server's default thinking
+// setting. If the template does not compile or throws, llama_chat_apply_template's
 // built-in list of well-known templates (ChatML, Llama 3, Gemma, ...) is tried, and then ChatML:
 //     <|im_start|>{role}\n{content}<|im_end|>\n   per message, then "<|im_start|>assistant\n"
 // (template_name says which: "jinja", "gguf" or "chatml-fallback"). tests/zoo checks the text

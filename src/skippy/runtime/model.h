@@ -80,8 +80,7 @@ class Model {
   llama_model* raw() const { return model_; }
   // The chat templates llama-server renders this model's chat requests with (its GGUF template run
   // by llama.cpp's Jinja engine, or llama.cpp's default when it has none), built on first use
-  // (chat.cpp); null when llama.cpp's common library cannot be loaded or the template does not
-  // compile. Thread-safe.
+  // (chat.cpp); null when the template does not compile. Thread-safe.
   const common_chat_templates* ChatTemplates() const;
 
  private:
