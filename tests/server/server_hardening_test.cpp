@@ -2,7 +2,8 @@
 // each a 4xx with an error body, while /health keeps answering within a second and the server's
 // memory stays flat; metrics that no request can grow or write into; request envelopes refused
 // before their body is read; chats refused before they are rendered; a shutdown that a trickling
-// client cannot hold up. One tiny llama server for the suite, two lanes, two API keys.
+// client cannot hold up; a port already in use refused at startup. One tiny llama server for the
+// suite, two lanes, two API keys.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -367,6 +368,29 @@ TEST(HardeningShutdown, ATricklingClientCannotHoldUpShutdown) {
   trickle.join();
   close(fd);
   EXPECT_TRUE(exited) << "still running 8 s after SIGTERM; log:\n" << server->LogTail();
+}
+
+// A second server on a port already in use stops with a clear error: it neither shares the port
+// (SO_REUSEPORT would let the kernel split connections between the two) nor disturbs the first.
+TEST(HardeningStartup, APortInUseIsRefused) {
+  auto first = ServerProcess::Start("llama", {"-c", "256"}, "hardening-port-first");
+  ASSERT_NE(first, nullptr);
+  const std::string log = StrCat(std::filesystem::temp_directory_path().string(), "/skippy-hardening-port-",
+                                 getpid(), ".log");
+  auto second = skippy::Subprocess::Start({skippy::server_test::ServerBin(), "-m",
+                                           skippy::server_test::ZooFile("llama"), "--host", "127.0.0.1", "--port",
+                                           std::to_string(first->port()), "-t", "1", "-c", "256"},
+                                          log);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::optional<int> rc = second->Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(rc.has_value()) << "the second server is still running; log:\n" << skippy::TailOfFile(log);
+  EXPECT_NE(*rc, 0);
+  EXPECT_NE(skippy::TailOfFile(log).find(StrCat("cannot listen on 127.0.0.1:", first->port())), std::string::npos)
+      << skippy::TailOfFile(log);
+  std::filesystem::remove(log);
+  auto r = first->Client()->Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 }  // namespace

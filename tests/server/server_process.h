@@ -94,9 +94,17 @@ class ServerProcess {
   bool WaitHealthy(std::chrono::seconds limit) {
     httplib::Client c("127.0.0.1", port_);
     c.set_connection_timeout(1);
+    const std::string listening = StrCat("listening on http://127.0.0.1:", port_, " ");
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < deadline) {
       if (proc_->Poll()) return false;
+      // Another test's server may hold the port this one was given (the free port was picked,
+      // then closed, before this server bound it): its /health must not count. This server's own
+      // log says it bound the port before it answers anything.
+      if (TailOfFile(log_, 1 << 16).find(listening) == std::string::npos) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
       auto r = c.Get("/health");
       if (r && r->status == 200) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -1,6 +1,7 @@
 // cpp-httplib's task queue on a WorkerPool (worker_pool.h): what skippy-server and skippy-router
 // hand to httplib::Server::new_task_queue. A connection the pool refuses is closed by httplib at
-// accept. Include httplib.h before this header (common itself does not link cpp-httplib).
+// accept. Also the listening socket's options both servers set. Include httplib.h before this
+// header (common itself does not link cpp-httplib).
 #pragma once
 
 #include <functional>
@@ -18,5 +19,13 @@ class HttpWorkerPool final : public httplib::TaskQueue {
  private:
   WorkerPool pool_;
 };
+
+// The listening socket's options: SO_REUSEADDR only. cpp-httplib's default also sets
+// SO_REUSEPORT, with which a second server on a port already in use binds too and the kernel
+// splits connections between the two; without it the second bind fails ("cannot listen on"),
+// as llama-server's does unless --reuse-port is given.
+inline void SetExclusiveListenSocket(httplib::Server& server) {
+  server.set_socket_options([](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
+}
 
 }  // namespace skippy

@@ -126,6 +126,7 @@ Status Router::Run() {
   http_->new_task_queue = [threads, most] { return new HttpWorkerPool(threads, most, std::max<size_t>(1, most / 4)); };
   http_->set_payload_max_length(64u << 20);
   http_->set_tcp_nodelay(true);  // one small write per streamed event (see skippy-server)
+  SetExclusiveListenSocket(*http_);
   Routes();
   if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
     return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));

@@ -74,6 +74,7 @@ Status HttpServer::Run() {
   // event back until the client acknowledges the previous write, which a client's delayed ACK
   // makes up to 40 ms (a decoded-result hit's first token waited for the third decode).
   http_->set_tcp_nodelay(true);
+  SetExclusiveListenSocket(*http_);
   http_->set_read_timeout(options_.io_timeout_seconds);
   http_->set_write_timeout(options_.io_timeout_seconds);
   Routes();
