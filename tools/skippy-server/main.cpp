@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(4, 1024));
   app.add_option("--max-messages", o.max_messages, "chat messages per request at most (400 above)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--io-timeout", o.io_timeout_seconds, "seconds a socket read or write may stall")
+  app.add_option("--io-timeout", o.io_timeout_seconds, "seconds a socket read or write may stall, and a request's head may take in all")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--drain-seconds", o.drain_seconds, "on SIGTERM, seconds in-flight requests get before exit")
       ->capture_default_str()->check(CLI::Range(0, 3600));
