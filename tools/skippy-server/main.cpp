@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 60000));
   app.add_option("--cache-entries", o.cache_entries, "entry cap of cached prefixes")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--exact-min-batch", o.min_exact_batch,
-                 "smallest prefill batch of the long class (default: 64 with flash attention on, 2 off); for builds "
+                 "smallest prefill batch of the long class (default: 2; 64 with flash attention on over stock kernels, "
+                 "--no-batch-invariant); for builds "
                  "whose kernels draw the line elsewhere. The startup batch-split check proves it, or the cache is off")
       ->check(CLI::Range(2, 256));
   app.add_option("--cache-record-stride", o.record_stride, "KvRecurrent record grid in tokens")->capture_default_str();
