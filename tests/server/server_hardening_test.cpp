@@ -40,20 +40,30 @@ long RssKib(pid_t pid) {
   return -1;
 }
 
-// A raw request on a fresh socket: what a client library would never send. Returns the status
-// line's code (0: no answer before the timeout or the connection closed without one).
-int RawStatus(int port, const std::string& request, int timeout_s = 5) {
+// A TCP connection to the server on loopback, with a receive timeout when timeout_s > 0; -1 when
+// it cannot connect.
+int ConnectLoopback(int port, int timeout_s = 0) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  timeval tv{timeout_s, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (timeout_s > 0) {
+    timeval tv{timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     close(fd);
-    return 0;
+    return -1;
   }
+  return fd;
+}
+
+// A raw request on a fresh socket: what a client library would never send. Returns the status
+// line's code (0: no answer before the timeout or the connection closed without one).
+int RawStatus(int port, const std::string& request, int timeout_s = 5) {
+  const int fd = ConnectLoopback(port, timeout_s);
+  if (fd < 0) return 0;
   size_t sent = 0;
   while (sent < request.size()) {
     const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
@@ -298,14 +308,8 @@ TEST_F(Hardening, AStreamIsValidatedBeforeItsFirstByte) {
 // HTTP/1.1 pipelining: requests written back to back in one packet are all answered, in order,
 // without waiting for the keep-alive timeout (5 s), including a POST with a body between two GETs.
 TEST_F(Hardening, PipelinedRequestsAreAnsweredInOrder) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  timeval tv{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int fd = ConnectLoopback(server_->port(), 2);
+  ASSERT_GE(fd, 0);
   const std::string body = json{{"prompt", "pipelined"}, {"n_predict", 1}, {"temperature", 0}}.dump();
   const std::string auth = StrCat("Authorization: Bearer ", kKey, "\r\n");
   const std::string requests =
@@ -338,12 +342,8 @@ TEST_F(Hardening, PipelinedRequestsAreAnsweredInOrder) {
 TEST(HardeningShutdown, ATricklingClientCannotHoldUpShutdown) {
   auto server = ServerProcess::Start("llama", {"-c", "256", "--drain-seconds", "2"}, "hardening-drain");
   ASSERT_NE(server, nullptr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server->port()));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
   const std::string start = "GET /v1/models HTTP/1.1\r\nHost: x\r\n";
   ASSERT_GT(send(fd, start.data(), start.size(), MSG_NOSIGNAL), 0);
   std::atomic<bool> stop{false};
@@ -405,12 +405,8 @@ TEST(HardeningSlowClients, ThirtyTwoSlowConnectionsStopNeitherHealthNorARequest)
   ASSERT_NE(server, nullptr);
   std::vector<int> fds;
   for (int i = 0; i < 32; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server->port()));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const int fd = ConnectLoopback(server->port());
+    ASSERT_GE(fd, 0);
     fds.push_back(fd);
   }
   const std::string request = "GET /v1/models HTTP/1.1\r\nHost: slow\r\nX-Pad: " + std::string(64, 'p') + "\r\n\r\n";
@@ -444,12 +440,8 @@ TEST(HardeningSlowClients, ThirtyTwoSlowConnectionsStopNeitherHealthNorARequest)
 TEST(HardeningSlowClients, ATricklingHeadIsCutAtTheReadTimeout) {
   auto server = ServerProcess::Start("llama", {"-c", "256", "--io-timeout", "2"}, "hardening-head");
   ASSERT_NE(server, nullptr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server->port()));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string start = "GET /v1/models HTTP/1.1\r\nHost: x\r\n";
   ASSERT_GT(send(fd, start.data(), start.size(), MSG_NOSIGNAL), 0);
