@@ -75,6 +75,16 @@ LLAMA_CMAKE_OPTS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIV
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
   -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF)
+# Without llama.cpp's AMX kernels. On a CPU with AMX-INT8 (Sapphire Rapids and later), -march=native
+# compiles in ggml-cpu/amx, which takes Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights; there the first
+# product of a Q4_K_M model segfaults at the kernel's tile-config load (llama-server and Skippy
+# alike, on the machines this project runs on; upstream: "segfault in ggml_backend_amx_mul_mat"),
+# and Skippy's batch-invariance patches and proofs do not cover those kernels. -U cancels the
+# compiler's feature macros that guard that code, so the rest of -march=native stays as it is.
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+  LLAMA_CMAKE_OPTS+=("-DCMAKE_C_FLAGS=-U__AMX_TILE__ -U__AMX_INT8__ -U__AMX_BF16__"
+    "-DCMAKE_CXX_FLAGS=-U__AMX_TILE__ -U__AMX_INT8__ -U__AMX_BF16__")
+fi
 LLAMA_TARGETS=(llama llama-server ggml-rpc-server llama-quantize llama-imatrix)
 # The files a complete build must have; their digests are recorded in the stamp and re-checked.
 LLAMA_OUTPUTS=(bin/libllama.so bin/libggml.so bin/libggml-base.so bin/libggml-cpu.so bin/libggml-rpc.so
