@@ -12,7 +12,7 @@ only one computes at a time):
   - decode: a new short prompt, 64 tokens with ignore_eos: timings.predicted_ms / predicted_n.
 Writes every sample, the medians and skippy / llama-server ratios (above 1: skippy is slower).
 """
-import argparse, json, random, statistics, sys
+import argparse, json, random, statistics, sys, urllib.error
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,12 +52,23 @@ def main():
                 t = completion(ports[name], {"prompt": prompt, "n_predict": 1, "temperature": 0, "cache_prompt": True})
                 samples[name]["prefill_ms"].append(t["prompt_ms"])
                 samples[name]["prefill_tokens"].append(t["prompt_n"])
-            for name in order:
-                rng = random.Random(f"decode-{r}")
+            # On random weights llama-server sometimes refuses its own output with a 500 ("does not
+            # match the expected Content-only format"); then both servers take the next prompt.
+            for attempt in range(10):
+                rng = random.Random(f"decode-{r}" + (f"-{attempt}" if attempt else ""))
                 prompt = f"Decode run {r}: " + " ".join(rng.choice(WORDS) for _ in range(20))
-                t = completion(ports[name], {"prompt": prompt, "n_predict": 64, "temperature": 0, "ignore_eos": True,
-                                             "cache_prompt": True})
-                samples[name]["decode_ms_per_token"].append(t["predicted_ms"] / t["predicted_n"])
+                try:
+                    t = {name: completion(ports[name], {"prompt": prompt, "n_predict": 64, "temperature": 0,
+                                                        "ignore_eos": True, "cache_prompt": True})
+                         for name in order}
+                    break
+                except urllib.error.HTTPError as e:
+                    if e.code != 500 or b"does not match the expected" not in e.read():
+                        raise
+            else:
+                raise SystemExit(f"run {r}: llama-server refused ten decode prompts")
+            for name in order:
+                samples[name]["decode_ms_per_token"].append(t[name]["predicted_ms"] / t[name]["predicted_n"])
     finally:
         for p in procs:
             stop(p)
