@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,500 font 'sans,10'
-set output '/tmp/sc-ref/ttft-gemma3.png'
+set output '/tmp/sc-ref2/ttft-gemma3.png'
 set title 'gemma3: TTFT p50 by workload (ms, lower is better)'
 set datafile missing '?'
 set style data histograms
@@ -11,4 +11,4 @@ set grid ytics
 set xtics rotate by -30 left
 set key outside right top
 set yrange [0:*]
-plot '/tmp/sc-ref/ttft-gemma3.dat' using 2:xtic(1) title columnheader, '/tmp/sc-ref/ttft-gemma3.dat' using 3 title columnheader, '/tmp/sc-ref/ttft-gemma3.dat' using 4 title columnheader
+plot '/tmp/sc-ref2/ttft-gemma3.dat' using 2:xtic(1) title columnheader, '/tmp/sc-ref2/ttft-gemma3.dat' using 3 title columnheader, '/tmp/sc-ref2/ttft-gemma3.dat' using 4 title columnheader
