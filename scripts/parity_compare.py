@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Cold prefill and decode speed of skippy-server and a stock llama-server on one model.
 
-    scripts/parity_compare.py MODEL.gguf OUT.json [--runs N] [--threads T] [--port P]
+    scripts/parity_compare.py MODEL.gguf OUT.json [--runs N] [--threads T] [--port P] [--one-up]
 
-Starts build/bin/skippy-server (one lane, its defaults: flash attention on, batch-invariant kernels)
-and build/bin/llama-server (one slot, its defaults: -fa auto) side by side with the same threads
-and a 4096-token context, then alternates between them (which one goes first flips every run;
-only one computes at a time):
+Runs build/bin/skippy-server (one lane, its defaults: flash attention on, batch-invariant kernels)
+and build/bin/llama-server (one slot, its defaults: -fa auto) with the same threads and a
+4096-token context, alternating between them (which one goes first flips every run; only one
+computes at a time):
   - cold prefill: a new 300-word prompt (never seen; the same one for both), n_predict 1:
     timings.prompt_ms;
   - decode: a new short prompt, 64 tokens with ignore_eos: timings.predicted_ms / predicted_n.
+By default both servers stay up side by side for the whole run. With --one-up only one server
+process exists at a time: each run starts the server, warms it with a short prompt, measures,
+and stops it (the decode prompts are chosen first, on llama-server alone, since it refuses some).
 Writes every sample, the medians and skippy / llama-server ratios (above 1: skippy is slower).
 """
 import argparse, json, random, statistics, sys, urllib.error
@@ -26,6 +29,39 @@ def completion(port, body):
     return post(port, "/completion", body)["timings"]
 
 
+def prefill_prompt(r):
+    rng = random.Random(f"prefill-{r}")  # the same new prompt for both servers in a run
+    return f"Run {r}. " + " ".join(rng.choice(WORDS) + str(rng.randint(0, 999)) for _ in range(300))
+
+
+def decode_prompt(r, attempt):
+    rng = random.Random(f"decode-{r}" + (f"-{attempt}" if attempt else ""))
+    return f"Decode run {r}: " + " ".join(rng.choice(WORDS) for _ in range(20))
+
+
+def decode(port, prompt):
+    return completion(port, {"prompt": prompt, "n_predict": 64, "temperature": 0, "ignore_eos": True,
+                             "cache_prompt": True})
+
+
+def refused(e):
+    # On random weights llama-server sometimes refuses its own output with a 500 ("does not match
+    # the expected Content-only format"); then both servers take the next prompt.
+    return e.code == 500 and b"does not match the expected" in e.read()
+
+
+def next_accepted(port, r):
+    """The first decode prompt of run r that llama-server answers."""
+    for attempt in range(10):
+        try:
+            decode(port, decode_prompt(r, attempt))
+            return attempt
+        except urllib.error.HTTPError as e:
+            if not refused(e):
+                raise
+    raise SystemExit(f"run {r}: llama-server refused ten decode prompts")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -33,48 +69,57 @@ def main():
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--port", type=int, default=18810)
+    ap.add_argument("--one-up", action="store_true", help="one server process at a time (see above)")
     a = ap.parse_args()
     if not Path(a.model).is_file():
         ap.error(f"no model at {a.model}")
     ports = {"skippy": a.port, "llama-server": a.port + 1}
     common = ["-m", a.model, "--host", "127.0.0.1", "-t", str(a.threads), "-c", "4096"]
-    procs = [start([str(ROOT / "build/bin/skippy-server"), *common, "--port", str(ports["skippy"]),
-                    "--runtime-lane-count", "1"], ports["skippy"]),
-             start([str(ROOT / "build/bin/llama-server"), *common, "--port", str(ports["llama-server"]),
-                    "--parallel", "1", "--no-webui"], ports["llama-server"])]
+    commands = {"skippy": [str(ROOT / "build/bin/skippy-server"), *common, "--port", str(ports["skippy"]),
+                           "--runtime-lane-count", "1"],
+                "llama-server": [str(ROOT / "build/bin/llama-server"), *common, "--port", str(ports["llama-server"]),
+                                 "--parallel", "1", "--no-webui"]}
     samples = {k: {"prefill_ms": [], "prefill_tokens": [], "decode_ms_per_token": []} for k in ports}
+    procs = {}
     try:
+        if a.one_up:
+            procs["llama-server"] = start(commands["llama-server"], ports["llama-server"])
+            attempts = [next_accepted(ports["llama-server"], r) for r in range(a.runs)]
+            stop(procs.pop("llama-server"))
+        else:
+            procs = {name: start(cmd, ports[name]) for name, cmd in commands.items()}
         for r in range(a.runs):
             order = list(ports) if r % 2 == 0 else list(reversed(list(ports)))
+            t = {}
             for name in order:
-                rng = random.Random(f"prefill-{r}")  # the same new prompt for both servers in a run
-                prompt = f"Run {r}. " + " ".join(rng.choice(WORDS) + str(rng.randint(0, 999)) for _ in range(300))
-                t = completion(ports[name], {"prompt": prompt, "n_predict": 1, "temperature": 0, "cache_prompt": True})
-                samples[name]["prefill_ms"].append(t["prompt_ms"])
-                samples[name]["prefill_tokens"].append(t["prompt_n"])
-            # On random weights llama-server sometimes refuses its own output with a 500 ("does not
-            # match the expected Content-only format"); then both servers take the next prompt.
-            for attempt in range(10):
-                rng = random.Random(f"decode-{r}" + (f"-{attempt}" if attempt else ""))
-                prompt = f"Decode run {r}: " + " ".join(rng.choice(WORDS) for _ in range(20))
-                try:
-                    t = {name: completion(ports[name], {"prompt": prompt, "n_predict": 64, "temperature": 0,
-                                                        "ignore_eos": True, "cache_prompt": True})
-                         for name in order}
-                    break
-                except urllib.error.HTTPError as e:
-                    if e.code != 500 or b"does not match the expected" not in e.read():
-                        raise
-            else:
-                raise SystemExit(f"run {r}: llama-server refused ten decode prompts")
+                if a.one_up:
+                    procs[name] = start(commands[name], ports[name])
+                    completion(ports[name], {"prompt": "Warm up.", "n_predict": 1, "cache_prompt": False})
+                p = completion(ports[name], {"prompt": prefill_prompt(r), "n_predict": 1, "temperature": 0,
+                                             "cache_prompt": True})
+                samples[name]["prefill_ms"].append(p["prompt_ms"])
+                samples[name]["prefill_tokens"].append(p["prompt_n"])
+                if a.one_up:
+                    t[name] = decode(ports[name], decode_prompt(r, attempts[r]))
+                    stop(procs.pop(name))
+            if not a.one_up:
+                for attempt in range(10):
+                    try:
+                        t = {name: decode(ports[name], decode_prompt(r, attempt)) for name in order}
+                        break
+                    except urllib.error.HTTPError as e:
+                        if not refused(e):
+                            raise
+                else:
+                    raise SystemExit(f"run {r}: llama-server refused ten decode prompts")
             for name in order:
                 samples[name]["decode_ms_per_token"].append(t[name]["predicted_ms"] / t[name]["predicted_n"])
     finally:
-        for p in procs:
+        for p in procs.values():
             stop(p)
     med = {k: {m: statistics.median(v[m]) for m in ("prefill_ms", "decode_ms_per_token")} for k, v in samples.items()}
     ratios = {m: med["skippy"][m] / med["llama-server"][m] for m in ("prefill_ms", "decode_ms_per_token")}
-    doc = {"model": a.model, "threads": a.threads, "runs": a.runs, "samples": samples, "medians": med,
+    doc = {"model": a.model, "threads": a.threads, "runs": a.runs, "one_up": a.one_up, "samples": samples, "medians": med,
            "skippy_over_llama_server": ratios}
     Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
     for k, v in med.items():
