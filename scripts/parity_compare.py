@@ -50,12 +50,11 @@ def refused(e):
     return e.code == 500 and b"does not match the expected" in e.read()
 
 
-def next_accepted(port, r):
-    """The first decode prompt of run r that llama-server answers."""
+def first_accepted(r, ask):
+    """(attempt, answer) of the first decode prompt of run r that `ask(prompt)` gets answered."""
     for attempt in range(10):
         try:
-            decode(port, decode_prompt(r, attempt))
-            return attempt
+            return attempt, ask(decode_prompt(r, attempt))
         except urllib.error.HTTPError as e:
             if not refused(e):
                 raise
@@ -84,7 +83,7 @@ def main():
     try:
         if a.one_up:
             procs["llama-server"] = start(commands["llama-server"], ports["llama-server"])
-            attempts = [next_accepted(ports["llama-server"], r) for r in range(a.runs)]
+            attempts = [first_accepted(r, lambda p: decode(ports["llama-server"], p))[0] for r in range(a.runs)]
             stop(procs.pop("llama-server"))
         else:
             procs = {name: start(cmd, ports[name]) for name, cmd in commands.items()}
@@ -103,15 +102,7 @@ def main():
                     t[name] = decode(ports[name], decode_prompt(r, attempts[r]))
                     stop(procs.pop(name))
             if not a.one_up:
-                for attempt in range(10):
-                    try:
-                        t = {name: decode(ports[name], decode_prompt(r, attempt)) for name in order}
-                        break
-                    except urllib.error.HTTPError as e:
-                        if not refused(e):
-                            raise
-                else:
-                    raise SystemExit(f"run {r}: llama-server refused ten decode prompts")
+                _, t = first_accepted(r, lambda p: {name: decode(ports[name], p) for name in order})
             for name in order:
                 samples[name]["decode_ms_per_token"].append(t[name]["predicted_ms"] / t[name]["predicted_n"])
     finally:
