@@ -12,7 +12,8 @@ computes at a time):
   - decode: a new short prompt, 64 tokens with ignore_eos: timings.predicted_ms / predicted_n.
 By default both servers stay up side by side for the whole run. With --one-up only one server
 process exists at a time: each run starts the server, warms it with a short prompt, measures,
-and stops it (the decode prompts are chosen first, on llama-server alone, since it refuses some).
+and stops it (the decode prompts are chosen first, on llama-server alone, since it refuses some;
+samples.*.decode_attempt says which one each server decoded where a refusal moved it on).
 Writes every sample, the medians and skippy / llama-server ratios (above 1: skippy is slower).
 """
 import argparse, json, random, statistics, sys, urllib.error
@@ -50,9 +51,10 @@ def refused(e):
     return e.code == 500 and b"does not match the expected" in e.read()
 
 
-def first_accepted(r, ask):
-    """(attempt, answer) of the first decode prompt of run r that `ask(prompt)` gets answered."""
-    for attempt in range(10):
+def first_accepted(r, ask, first=0):
+    """(attempt, answer) of the first decode prompt of run r, from attempt `first`, that `ask(prompt)`
+    gets answered."""
+    for attempt in range(first, 10):
         try:
             return attempt, ask(decode_prompt(r, attempt))
         except urllib.error.HTTPError as e:
@@ -99,7 +101,11 @@ def main():
                 samples[name]["prefill_ms"].append(p["prompt_ms"])
                 samples[name]["prefill_tokens"].append(p["prompt_n"])
                 if a.one_up:
-                    t[name] = decode(ports[name], decode_prompt(r, attempts[r]))
+                    # llama-server may refuse the probed prompt after this run's prefill (its greedy
+                    # answer can change with what its cache held); it then takes the next one, and
+                    # the sample says which prompt each server decoded.
+                    attempt, t[name] = first_accepted(r, lambda p: decode(ports[name], p), attempts[r])
+                    samples[name].setdefault("decode_attempt", []).append(attempt)
                     stop(procs.pop(name))
             if not a.one_up:
                 _, t = first_accepted(r, lambda p: {name: decode(ports[name], p) for name in order})
