@@ -27,7 +27,7 @@ struct ProductionOptions {
   std::string use_case;                    // "" = the default prompt; a corpus key; or "all"
   std::string use_case_corpus;
   int cache_hit_repeats = 5;
-  int llama_repeats = 3;
+  int llama_repeats = 6;                   // the first is cold; the median of the other five is the baseline
   bool skip_llama_server = false;
   std::string llama_server_bin;
   std::string correctness_bin;
