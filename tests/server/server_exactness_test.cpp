@@ -442,6 +442,65 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   }
 }
 
+// A hybrid lane cannot be cut back (its recurrent state has moved on), so it serves the next turn
+// only when that turn extends everything it holds. With the one-row class that is the previous
+// prompt and the tokens decoded into it: the turn prefills only the new question, from the lane,
+// with a --no-cache server's log-probabilities; the exchange is also an entry, which restores the
+// turn (whole state) once another prompt has taken the lane. Without the class the lane holds
+// answer tokens of another class than prompt rows, and the turn restores the previous prompt's
+// entry (its recurrent state onto the lane) and prefills the answer again.
+TEST(LaneBatching, AHybridNextTurnContinuesTheLane) {
+  const std::vector<std::string> flags = {"-c", "1024", "--one-row-class"};
+  std::vector<std::string> off_flags = flags;
+  off_flags.push_back("--no-cache");
+  auto on = ServerProcess::Start("qwen3next", flags, "hybrid-turns-on");
+  ASSERT_TRUE(on);
+  auto off = ServerProcess::Start("qwen3next", off_flags, "hybrid-turns-off");
+  ASSERT_TRUE(off);
+  auto plain = ServerProcess::Start("qwen3next", {"-c", "1024"}, "hybrid-turns-plain");
+  ASSERT_TRUE(plain);
+  auto ask = [](ServerProcess& p, const std::vector<int>& prompt, int n) {
+    json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
+                {"return_tokens", true}, {"n_probs", 2}};
+    auto [status, body] = PostJson(*p.Client(), "/completion", req);
+    EXPECT_EQ(status, 200) << body.dump();
+    return body;
+  };
+  auto next_turn = [&](ServerProcess& p, int from) {
+    const std::vector<int> first = TokenRun(from, 200);
+    const std::vector<int> answer = ask(p, first, 24)["tokens"].get<std::vector<int>>();
+    EXPECT_EQ(answer.size(), 24u);
+    std::vector<int> turn = first;
+    // All but the last answer token (sampled, never decoded) are in the lane; a client sends all.
+    turn.insert(turn.end(), answer.begin(), answer.end());
+    for (int t : TokenRun(from + 11, 30)) turn.push_back(t);
+    return turn;
+  };
+  const std::vector<int> second = next_turn(*on, 3);
+  const json b = ask(*on, second, 16);
+  EXPECT_EQ(b["timings"].value("cache_n", -1), 200 + 23) << b["timings"].dump();
+  EXPECT_EQ(b["skippy"].value("cache_tier", ""), "lane") << b["skippy"].dump();
+  const json ref = ask(*off, second, 16);
+  EXPECT_EQ(b["tokens"], ref["tokens"]);
+  EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
+
+  // The exchange as an entry: another prompt takes the lane in between.
+  const std::vector<int> other = next_turn(*on, 7);
+  (void)ask(*on, TokenRun(5, 150), 4);
+  const json c = ask(*on, other, 16);
+  EXPECT_EQ(c["timings"].value("cache_n", -1), 200 + 23) << c["timings"].dump();
+  EXPECT_EQ(c["skippy"].value("cache_tier", ""), "memory") << c["skippy"].dump();
+  const json ref_c = ask(*off, other, 16);
+  EXPECT_EQ(c["tokens"], ref_c["tokens"]);
+  EXPECT_EQ(c["completion_probabilities"], ref_c["completion_probabilities"]);
+  const json stats = json::parse(on->Client()->Get("/cache/stats")->body);
+  EXPECT_GE(stats.value("answer_records", 0), 2) << stats.dump();
+
+  const json p = ask(*plain, next_turn(*plain, 3), 16);
+  EXPECT_EQ(p["timings"].value("cache_n", -1), 200) << "without the one-row class the answer is prefilled again: "
+                                                      << p["timings"].dump();
+}
+
 // A document asked about with a second question branches off the first question's path at the
 // document's end; that request records there (RestoreOutcome::branch), so a third question
 // restores the whole document, for a hybrid (KvRecurrent) and a sliding-window family (exact-only

@@ -179,7 +179,18 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
           keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
         }
         break;
-      case FamilyStrategy::LaneKeep::kEverything: keep = backend_.SequenceLength(lane) >= n; break;
+      // A recurrent state cannot be cut back, so the lane serves the next job only where that
+      // job's prompt extends everything the lane holds: the prompt, and with a one-row batch in
+      // the prompt rows' class the generated tokens too (recorded as an entry, as above).
+      case FamilyStrategy::LaneKeep::kEverything:
+        if (MinBatch() == 1 && !generated.empty() &&
+            backend_.SequenceLength(lane) == n + static_cast<int32_t>(generated.size())) {
+          job.prompt.insert(job.prompt.end(), generated.begin(), generated.end());
+          job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
+          if (job.records && recorder_.Recurrent(lane, job.scope, job.prompt, job.classes)) ++counters_.answer_records;
+        }
+        keep = backend_.SequenceLength(lane) >= n;
+        break;
     }
   }
   std::optional<std::string> tenant = events_ && job.active ? TenantOf(job.scope.cache_namespace) : std::nullopt;

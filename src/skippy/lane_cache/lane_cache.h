@@ -17,9 +17,10 @@
 //   Finish(lane, completed, generated)
 //        the job is over: the lane keeps its prompt for the next job (its strategy's LaneKeep,
 //        when `completed`) or is cleared. With a smallest exact batch of 1 (runtime::OneRowClass:
-//        a token decoded alone is computed as a prompt row) a dense lane also keeps the generated
-//        tokens decoded into it and records them with the prompt as an entry, so a
-//        conversation's next turn restores the previous answer too, on any lane.
+//        a token decoded alone is computed as a prompt row) a dense or hybrid lane also keeps
+//        the generated tokens decoded into it and records them with the prompt as an entry, so a
+//        conversation's next turn restores the previous answer too, on any lane (a hybrid lane
+//        itself serves only a prompt that extends everything it holds).
 //
 // Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
 // restored prefix serves a prompt only as far as its rows were computed in the same classes: a

@@ -34,14 +34,17 @@ bool Recorder::Resident(int32_t lane, const cache::PrefixScope& scope, std::span
   return recorded;
 }
 
-void Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
+bool Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
                          const cache::BatchClasses& classes) {
   auto bytes = backend_.ExportState(lane, PayloadKind::kKvRecurrent);
   if (!bytes.ok()) {
     Warn("export", bytes.status());
-    return;
+    Count(false);
+    return false;
   }
-  Count(Store(scope, prefix, PayloadKind::kKvRecurrent, *bytes, false, classes).has_value());
+  const bool recorded = Store(scope, prefix, PayloadKind::kKvRecurrent, *bytes, false, classes).has_value();
+  Count(recorded);
+  return recorded;
 }
 
 std::optional<PendingRecord> Recorder::CopyRecurrent(int32_t lane, size_t tokens) {

@@ -63,8 +63,9 @@ class Recorder {
   // window shorter than the prompt). Returns whether the entry was recorded.
   bool Resident(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prompt,
                 const cache::BatchClasses& classes, bool exact_only);
-  // KvRecurrent: exports the lane's whole state, which ends at the end of `prefix`.
-  void Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
+  // KvRecurrent: exports the lane's whole state, which ends at the end of `prefix`. Returns
+  // whether the entry was recorded.
+  bool Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
                  const cache::BatchClasses& classes);
   // Hybrids: copies only the recurrent state of a lane holding `tokens` tokens, for Deferred.
   // nullopt (counted as a skip) when the export fails.

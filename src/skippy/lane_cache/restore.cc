@@ -133,8 +133,21 @@ RestoreOutcome Restorer::Restore(FamilyStrategy& strategy, int32_t lane, const L
   a.branch = lane_shared < std::min(n, held.prompt_tokens) ? lane_shared : 0;
   // Its rows serve only as far as they were computed in this prompt's classes.
   const size_t lane_agreed = held.classes ? std::min(lane_shared, classes.AgreesUpTo(*held.classes)) : 0;
-  size_t keep = strategy.lane_keep() == FamilyStrategy::LaneKeep::kPromptKv ? lane_agreed : 0;
+  size_t keep = 0;
+  switch (strategy.lane_keep()) {
+    case FamilyStrategy::LaneKeep::kNothing: break;
+    case FamilyStrategy::LaneKeep::kPromptKv: keep = lane_agreed; break;
+    // A recurrent state cannot be cut back: the lane serves only a prompt that extends all of it.
+    case FamilyStrategy::LaneKeep::kEverything:
+      if (lane_agreed > 0 && lane_agreed == held.prompt_tokens &&
+          backend_.SequenceLength(lane) == static_cast<int32_t>(lane_agreed)) {
+        keep = lane_agreed;
+      }
+      break;
+  }
+  const size_t whole_lane = keep;
   if (!(decoded && keep == n)) keep = classes.LastStartAtOrBelow(std::min(keep, a.limit));
+  if (strategy.lane_keep() == FamilyStrategy::LaneKeep::kEverything && keep != whole_lane) keep = 0;
   const std::optional<Promoted> promoted = PromoteFromTiers(job, decoded ? prompt : prompt.first(a.limit), keep);
   if (!FindEntry(strategy, job, decoded != nullptr, a)) return Miss(lane, "restore-failed", a.branch);
   if (keep > 0) keep = strategy.UsableLaneTokens(lane, keep);

@@ -57,7 +57,7 @@ class FamilyStrategy {
   enum class LaneKeep {
     kNothing,     // cleared
     kPromptKv,    // the prompt's KV, and the generated tokens' where one row is in the prompt's class
-    kEverything,  // hybrids: recurrent state cannot be cut; the attention KV still serves
+    kEverything,  // hybrids: recurrent state cannot be cut; the lane serves a prompt extending all it holds
   };
   struct Tools {
     LaneBackend& backend;
