@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   sc.skippy_server_bin = (SelfDir() / "skippy-server").string();
   sc.llama_server_bin = o.llama_server_bin;
   std::string sc_preset = "bench";
-  std::string sc_fa = "off";
+  std::string sc_fa = "on";  // skippy-server's own default with the batch-invariant kernels
   CLI::App* cmp = app.add_subcommand("serve-compare", "skippy-server vs llama-server over HTTP on serving workloads");
   cmp->add_option("--output-dir", sc.output_dir, "where serve-compare.json/.md go")->required();
   cmp->add_option("--case", sc.cases, "family key (repeatable)")->capture_default_str();
@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--threads", sc.threads, "threads for both")->capture_default_str();
   cmp->add_option("--ctx-size", sc.ctx_size, "context per request")->capture_default_str();
   cmp->add_option("--batch-size", sc.batch_size, "batch size for both")->capture_default_str();
-  cmp->add_option("--flash-attn", sc_fa, "on | off for skippy-server and llama-matched (llama-default: auto)")
+  cmp->add_option("--flash-attn", sc_fa,
+                  "on | off for skippy-server and llama-matched (llama-default: auto, on for the CPU backend)")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   cmp->add_option("--repeats", sc.repeats, "interleaved repeats of each run")->capture_default_str();
   cmp->add_option("--ttft-slo-ms", sc.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();

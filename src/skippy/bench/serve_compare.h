@@ -30,9 +30,9 @@ struct ServeCompareOptions {
   int ctx_size = 4096;
   int batch_size = 512;
   // skippy-server and llama-matched; llama-default keeps llama-server's own default (auto, which
-  // is on for the CPU backend). Off by default: skippy-server's default, where a hit may prefill
-  // any suffix of 2+ tokens (runtime::MinExactBatch).
-  bool flash_attn = false;
+  // is on for the CPU backend). On by default, as skippy-server is with the batch-invariant
+  // kernels (a hit may then prefill any suffix of 2+ tokens, runtime::MinExactBatch).
+  bool flash_attn = true;
   int repeats = 2;
   double ttft_slo_ms = 1000;
   std::string skippy_server_bin;
