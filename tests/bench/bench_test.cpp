@@ -241,6 +241,33 @@ TEST(Workloads, AreDeterministicPerSeedAndShapedAsNamed) {
   EXPECT_EQ(bench::MakeWorkload("interleaved-prefixes", o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// chat-replies: a later turn is sent as its stream's last prompt, the server's reply to it and the
+// new user turn; the first turn of each conversation stands alone.
+TEST(Workloads, ChatRepliesCarryEachReplyIntoTheNextTurn) {
+  bench::WorkloadOptions o;
+  o.long_prefix_words = 40;
+  o.conversations = 2;
+  o.turns = 2;
+  auto w = bench::MakeWorkload("chat-replies", o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->has_replies());
+  ASSERT_EQ(w->requests.size(), 4u);
+  const auto& r = w->requests;
+  EXPECT_FALSE(r[0].after_reply);
+  EXPECT_FALSE(r[1].after_reply);
+  EXPECT_TRUE(r[2].after_reply);
+  EXPECT_EQ(r[2].stream, r[0].stream);
+  EXPECT_EQ(r[3].stream, r[1].stream);
+  bench::ReplyChain chain;
+  const std::string p0 = chain.PromptFor(r[0]), p1 = chain.PromptFor(r[1]);
+  EXPECT_EQ(p0, r[0].prompt);
+  chain.Answered(r[0], p0, " first reply.");
+  chain.Answered(r[1], p1, " second reply.");
+  EXPECT_EQ(chain.PromptFor(r[2]), p0 + " first reply." + r[2].prompt);
+  EXPECT_EQ(chain.PromptFor(r[3]), p1 + " second reply." + r[3].prompt);
+  EXPECT_FALSE(bench::MakeWorkload("multi-turn", o)->has_replies());
+}
+
 TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
   bench::ServeCompareOptions o;
   o.output_dir = (dir_ / "sc").string();

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   CLI::App* cmp = app.add_subcommand("serve-compare", "skippy-server vs llama-server over HTTP on serving workloads");
   cmp->add_option("--output-dir", sc.output_dir, "where serve-compare.json/.md go")->required();
   cmp->add_option("--case", sc.cases, "family key (repeatable)")->capture_default_str();
-  cmp->add_option("--workload", sc.workloads, "workload name (repeatable); default: all six");
+  cmp->add_option("--workload", sc.workloads, "workload name (repeatable); default: all of them");
   cmp->add_option("--server", sc.servers, "skippy | llama-default | llama-matched (repeatable)")->capture_default_str();
   cmp->add_option("--lanes", sc.lanes, "skippy lanes = llama-server slots")->capture_default_str();
   cmp->add_option("--threads", sc.threads, "threads for both")->capture_default_str();
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--requests", sc.workload.requests, "requests of repeat/shared-prefix")->capture_default_str();
   cmp->add_option("--documents", sc.workload.documents, "interleaved-prefixes K")->capture_default_str();
   cmp->add_option("--rounds", sc.workload.rounds, "interleaved-prefixes rounds")->capture_default_str();
-  cmp->add_option("--conversations", sc.workload.conversations, "multi-turn conversations")->capture_default_str();
-  cmp->add_option("--turns", sc.workload.turns, "multi-turn turns")->capture_default_str();
+  cmp->add_option("--conversations", sc.workload.conversations, "multi-turn and chat-replies conversations")->capture_default_str();
+  cmp->add_option("--turns", sc.workload.turns, "multi-turn and chat-replies turns")->capture_default_str();
   cmp->add_option("--agent-steps", sc.workload.agent_steps, "agent-loop steps")->capture_default_str();
   cmp->add_option("--n-predict", sc.workload.n_predict, "generated tokens per request")->capture_default_str();
   cmp->add_option("--skippy-server-bin", sc.skippy_server_bin, "skippy-server binary")->capture_default_str();

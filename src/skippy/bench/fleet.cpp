@@ -359,6 +359,10 @@ StatusOr<json> RunFleet(const FleetOptions& o) {
   };
   for (const std::string& name : o.workloads) {
     SKIPPY_ASSIGN_OR_RETURN(const Workload w, MakeWorkload(name, o.workload));
+    if (w.has_replies()) {
+      return absl::InvalidArgumentError(StrCat("workload '", name, "' sends each server's own replies back; the fleet "
+                                               "benchmark compares answers to fixed prompts"));
+    }
     std::fprintf(stderr, "[fleet] %s: reference (one replica holding everything)\n", name.c_str());
     SKIPPY_ASSIGN_OR_RETURN(const std::vector<Result> ref, Reference(o, model, w, work / (name + "-reference.log")));
     json row = {{"workload", name}, {"reference", Summary(ref)}};

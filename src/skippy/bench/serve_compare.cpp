@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "skippy/bench/chart.h"
@@ -203,8 +204,11 @@ json ExplainDisagreements(const ServeCompareOptions& o, const std::string& key, 
     if (!srv.ok()) return {{"error", std::string(srv.status().message())}};
     // The whole workload again, in order, so each server's cache holds what it held in the timed run.
     // Streamed, as in the timed runs (llama-server refuses some random-weight outputs unstreamed).
+    ReplyChain chain;
     for (const WorkloadRequest& req : w.requests) {
-      replay[name].push_back(srv->StreamComplete(req.prompt, req.n_predict, kProbeTopN));
+      const std::string prompt = chain.PromptFor(req);
+      replay[name].push_back(srv->StreamComplete(prompt, req.n_predict, kProbeTopN));
+      chain.Answered(req, prompt, replay[name].back().content);
     }
     srv->Stop();
   }
@@ -391,6 +395,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           const auto t0 = SteadyClock::now();
           double restart_ms = 0;  // not counted in wall time
           uint64_t peak_rss = 0;
+          ReplyChain chain;
           for (const WorkloadRequest& req : w.requests) {
             if (req.restart_before) {
               const auto r0 = SteadyClock::now();
@@ -400,7 +405,9 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
               restart_ms += MsSince(r0);
               if (!srv.ok()) break;
             }
-            StreamRun r = srv->StreamComplete(req.prompt, req.n_predict);
+            const std::string prompt = chain.PromptFor(req);
+            StreamRun r = srv->StreamComplete(prompt, req.n_predict);
+            chain.Answered(req, prompt, r.content);
             reqs.push_back({{"stream", req.stream}, {"phase", req.phase}, {"ok", r.ok}, {"ttft_ms", r.ttft_ms},
                             {"e2e_ms", r.total_ms}, {"tokens", r.tokens}, {"cache_n", r.timings.value("cache_n", -1)},
                             {"prompt_n", r.timings.value("prompt_n", -1)}, {"content", r.content}, {"error", r.error}});
@@ -469,16 +476,23 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
         if (texts.count("llama-matched") && server != "llama-matched" && texts.count(server)) {
           const auto& a = texts[server];
           const auto& b = texts["llama-matched"];
-          size_t same = 0;
+          size_t same = 0, compared = 0;
           std::vector<size_t> differing;
+          // With replies in the prompts, a request compares only while its stream's earlier
+          // replies agreed: after that the two servers were sent different prompts.
+          std::set<std::string> parted;
           for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+            const WorkloadRequest& req = w.requests[i];
+            if (req.after_reply && parted.count(req.stream)) continue;
+            ++compared;
             if (a[i] == b[i]) {
               ++same;
             } else {
               differing.push_back(i);
+              parted.insert(req.stream);
             }
           }
-          s["agreement"] = StrCat(same, "/", std::min(a.size(), b.size()));
+          s["agreement"] = StrCat(same, "/", compared);
           if (server == "skippy" && !differing.empty()) {
             std::fprintf(stderr, "[serve-compare] %s %s: %zu outputs differ from llama-matched; replaying with n_probs\n",
                          key.c_str(), w.name.c_str(), differing.size());

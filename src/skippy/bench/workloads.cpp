@@ -1,5 +1,6 @@
 #include "skippy/bench/workloads.h"
 
+#include <algorithm>
 #include <array>
 #include <random>
 
@@ -53,8 +54,8 @@ uint64_t Fnv1a(std::string_view s) {
 
 const std::vector<std::string>& WorkloadNames() {
   static const std::vector<std::string> kNames = {"exact-repeat", "shared-prefix", "interleaved-prefixes",
-                                                  "multi-turn",   "agent-loop",    "divergent-suffix",
-                                                  "restart"};
+                                                  "multi-turn",   "chat-replies",  "agent-loop",
+                                                  "divergent-suffix", "restart"};
   return kNames;
 }
 
@@ -66,7 +67,13 @@ StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& 
   Words words(o.seed * 0x9e3779b97f4a7c15ULL ^ Fnv1a(name));
   Workload w;
   w.name = name;
-  auto add = [&](std::string stream, std::string prompt) { w.requests.push_back({std::move(stream), std::move(prompt), o.n_predict}); };
+  auto add = [&](std::string stream, std::string prompt) {
+    WorkloadRequest r;
+    r.stream = std::move(stream);
+    r.prompt = std::move(prompt);
+    r.n_predict = o.n_predict;
+    w.requests.push_back(std::move(r));
+  };
 
   if (name == "exact-repeat") {
     w.description = "one prompt repeated";
@@ -95,6 +102,19 @@ StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& 
         h += "User: " + words.Sentence(o.short_words) + "\nAssistant:";
         add(StrCat("conv", c), h);
         h += " " + words.Sentence(o.short_words * 2) + "\n";  // scripted reply
+      }
+    }
+  } else if (name == "chat-replies") {
+    w.description = StrCat(o.conversations, " conversations of ", o.turns, " turns, interleaved, each reply the server's own");
+    for (int t = 0; t < o.turns; ++t) {
+      for (int c = 0; c < o.conversations; ++c) {
+        if (t == 0) {
+          add(StrCat("conv", c), "System: " + words.Paragraphs(o.long_prefix_words / 2) + "\nUser: " +
+                                     words.Sentence(o.short_words) + "\nAssistant:");
+        } else {
+          add(StrCat("conv", c), "\nUser: " + words.Sentence(o.short_words) + "\nAssistant:");
+          w.requests.back().after_reply = true;
+        }
       }
     }
   } else if (name == "agent-loop") {
@@ -144,6 +164,20 @@ StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& 
     return absl::NotFoundError(StrCat("unknown workload '", name, "'; known: ", fmt::format("{}", fmt::join(WorkloadNames(), ", "))));
   }
   return w;
+}
+
+bool Workload::has_replies() const {
+  return std::any_of(requests.begin(), requests.end(), [](const WorkloadRequest& r) { return r.after_reply; });
+}
+
+std::string ReplyChain::PromptFor(const WorkloadRequest& r) const {
+  if (!r.after_reply) return r.prompt;
+  auto it = sent_.find(r.stream);
+  return (it == sent_.end() ? std::string() : it->second) + r.prompt;
+}
+
+void ReplyChain::Answered(const WorkloadRequest& r, const std::string& prompt, const std::string& reply) {
+  sent_[r.stream] = prompt + reply;
 }
 
 }  // namespace skippy::bench

@@ -4,17 +4,22 @@
 //   exact-repeat          one prompt repeated
 //   shared-prefix         one long system prompt, many different short questions
 //   interleaved-prefixes  K long documents visited round robin (K larger than lanes/slots)
-//   multi-turn            several conversations growing turn by turn, interleaved
+//   multi-turn            several conversations growing turn by turn, interleaved (scripted replies)
+//   chat-replies          the same, with each assistant turn the server's own reply sent back as
+//                         text, as a chat client does (ReplyChain)
 //   agent-loop            a tool-call transcript that grows by one tool result per step
 //   divergent-suffix      a long stored prefix, then requests that share only part of it
 //   restart               long documents asked about, the server restarted, each asked again (its
 //                         headline is the phase after the restart), then once more warm
 //
 // Every request's prompt is fixed in advance (assistant turns are scripted, not generated), so both
-// servers see the same prompts and their greedy outputs can be compared request by request.
+// servers see the same prompts and their greedy outputs can be compared request by request; except
+// chat-replies, where each server's prompts carry its own replies (compared only up to the first
+// reply that differs).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +34,21 @@ struct WorkloadRequest {
   // The server is stopped (gracefully) and started again before this request.
   bool restart_before = false;
   std::string phase;  // "" or a phase of the workload ("first", "after-restart", "warm")
+  // The prompt continues this stream's previous request: what was sent then, the server's reply
+  // to it, then `prompt` (ReplyChain). Such requests must run in order within their stream.
+  bool after_reply = false;
+};
+
+// The prompts of one run of a workload with after_reply requests, built as the run goes.
+class ReplyChain {
+ public:
+  // The text to send for `r`: its prompt, or its stream's last prompt and reply followed by it.
+  std::string PromptFor(const WorkloadRequest& r) const;
+  // `prompt` (as PromptFor gave it) was answered with `reply`.
+  void Answered(const WorkloadRequest& r, const std::string& prompt, const std::string& reply);
+
+ private:
+  std::map<std::string, std::string> sent_;  // stream -> its last prompt and reply
 };
 
 struct Workload {
@@ -37,6 +57,7 @@ struct Workload {
   std::vector<WorkloadRequest> requests;
   // The phase whose requests a run's summary covers ("": all requests).
   std::string headline_phase;
+  bool has_replies() const;  // some request is after_reply
 };
 
 struct WorkloadOptions {
