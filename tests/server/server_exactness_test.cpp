@@ -370,6 +370,47 @@ std::vector<int> TokenRun(int from, int n) {
   return v;
 }
 
+// A greedy completion of token ids, with the tokens and two log-probabilities per token.
+json AskTokens(ServerProcess& p, const std::vector<int>& prompt, int n) {
+  json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
+              {"return_tokens", true}, {"n_probs", 2}};
+  auto [status, body] = PostJson(*p.Client(), "/completion", req);
+  EXPECT_EQ(status, 200) << body.dump();
+  return body;
+}
+
+// A conversation's second turn on `p`: a 200-token first prompt (TokenRun(from)), the 24 tokens
+// the server answered it with (all sent back, though the last was sampled and never decoded into
+// the lane), and a 30-token question.
+std::vector<int> NextTurn(ServerProcess& p, int from) {
+  std::vector<int> turn = TokenRun(from, 200);
+  const std::vector<int> answer = AskTokens(p, turn, 24)["tokens"].get<std::vector<int>>();
+  EXPECT_EQ(answer.size(), 24u);
+  turn.insert(turn.end(), answer.begin(), answer.end());
+  for (int t : TokenRun(from + 11, 30)) turn.push_back(t);
+  return turn;
+}
+
+// `turn` (a NextTurn) restores the first prompt and the 23 decoded answer tokens from `tier`, and
+// answers with the tokens and log-probabilities of `off` (a --no-cache server).
+void ExpectAnswerRestored(ServerProcess& on, ServerProcess& off, const std::vector<int>& turn, const std::string& tier) {
+  const json b = AskTokens(on, turn, 16);
+  EXPECT_EQ(b["timings"].value("cache_n", -1), 200 + 23) << b["timings"].dump();
+  EXPECT_EQ(b["skippy"].value("cache_tier", ""), tier) << b["skippy"].dump();
+  const json ref = AskTokens(off, turn, 16);
+  EXPECT_EQ(b["tokens"], ref["tokens"]);
+  EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
+}
+
+// The exchange as an entry: another prompt takes the lane between a conversation's two turns, and
+// the second still restores the answer, from memory. Returns /cache/stats.
+json ExpectExchangeEntryServes(ServerProcess& on, ServerProcess& off) {
+  const std::vector<int> turn = NextTurn(on, 7);
+  (void)AskTokens(on, TokenRun(5, 150), 4);
+  ExpectAnswerRestored(on, off, turn, "memory");
+  return json::parse(on.Client()->Get("/cache/stats")->body);
+}
+
 // With the one-row class (--lane-batching) a generated token's KV is the KV it gets as a prompt
 // row, so the lane keeps the answer too: a next turn that sends the previous prompt, the answer's
 // tokens and a new question restores all of the first two, and its log-probabilities equal a
@@ -389,57 +430,13 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   // One lane: nothing to batch, the class alone keeps the answer.
   auto single = ServerProcess::Start("llama", {"-c", "1024", "--one-row-class"}, "turns-single");
   ASSERT_TRUE(single);
-  auto ask = [](ServerProcess& p, const std::vector<int>& prompt, int n) {
-    json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
-                {"return_tokens", true}, {"n_probs", 2}};
-    auto [status, body] = PostJson(*p.Client(), "/completion", req);
-    EXPECT_EQ(status, 200) << body.dump();
-    return body;
-  };
-  const std::vector<int> first = TokenRun(3, 200);
-  for (ServerProcess* server : {on.get(), single.get(), plain.get()}) {
-    const json a = ask(*server, first, 24);
-    const std::vector<int> answer = a["tokens"].get<std::vector<int>>();
-    ASSERT_EQ(answer.size(), 24u);
-    std::vector<int> second = first;
-    second.insert(second.end(), answer.begin(), answer.end());
-    const std::vector<int> question = TokenRun(11, 30);
-    second.insert(second.end(), question.begin(), question.end());
-    const json b = ask(*server, second, 16);
-    const int cached = b["timings"].value("cache_n", -1);
-    if (server == single.get()) {
-      EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
-      const json ref = ask(*off, second, 16);
-      EXPECT_EQ(b["tokens"], ref["tokens"]);
-      EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
-    } else if (server == on.get()) {
-      // All but the last answer token (sampled, never decoded) are in the lane.
-      EXPECT_EQ(cached, 200 + 23) << b["timings"].dump();
-      EXPECT_EQ(b["skippy"].value("cache_tier", ""), "lane");
-      const json ref = ask(*off, second, 16);
-      EXPECT_EQ(b["tokens"], ref["tokens"]);
-      EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
-      // An exchange is an entry too: once another prompt has taken the lane, a next turn restores
-      // it from memory, with the numbers of a recompute.
-      const std::vector<int> first2 = TokenRun(7, 200);
-      const std::vector<int> answer2 = ask(*server, first2, 24)["tokens"].get<std::vector<int>>();
-      ASSERT_EQ(answer2.size(), 24u);
-      (void)ask(*server, TokenRun(5, 150), 4);
-      std::vector<int> other = first2;
-      other.insert(other.end(), answer2.begin(), answer2.end());
-      for (int t : TokenRun(17, 30)) other.push_back(t);
-      const json c = ask(*server, other, 16);
-      EXPECT_EQ(c["timings"].value("cache_n", -1), 200 + 23) << c["timings"].dump();
-      EXPECT_EQ(c["skippy"].value("cache_tier", ""), "memory") << c["skippy"].dump();
-      const json ref_c = ask(*off, other, 16);
-      EXPECT_EQ(c["tokens"], ref_c["tokens"]);
-      EXPECT_EQ(c["completion_probabilities"], ref_c["completion_probabilities"]);
-      const json stats = json::parse(server->Client()->Get("/cache/stats")->body);
-      EXPECT_GE(stats.value("answer_records", 0), 1) << stats.dump();
-    } else {
-      EXPECT_EQ(cached, 200) << "without the one-row class the answer is recomputed: " << b["timings"].dump();
-    }
-  }
+  ExpectAnswerRestored(*single, *off, NextTurn(*single, 3), "lane");
+  ExpectAnswerRestored(*on, *off, NextTurn(*on, 3), "lane");
+  const json stats = ExpectExchangeEntryServes(*on, *off);
+  EXPECT_GE(stats.value("answer_records", 0), 1) << stats.dump();
+  const json p = AskTokens(*plain, NextTurn(*plain, 3), 16);
+  EXPECT_EQ(p["timings"].value("cache_n", -1), 200) << "without the one-row class the answer is recomputed: "
+                                                      << p["timings"].dump();
 }
 
 // A hybrid lane cannot be cut back (its recurrent state has moved on), so it serves the next turn
@@ -459,44 +456,10 @@ TEST(LaneBatching, AHybridNextTurnContinuesTheLane) {
   ASSERT_TRUE(off);
   auto plain = ServerProcess::Start("qwen3next", {"-c", "1024"}, "hybrid-turns-plain");
   ASSERT_TRUE(plain);
-  auto ask = [](ServerProcess& p, const std::vector<int>& prompt, int n) {
-    json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
-                {"return_tokens", true}, {"n_probs", 2}};
-    auto [status, body] = PostJson(*p.Client(), "/completion", req);
-    EXPECT_EQ(status, 200) << body.dump();
-    return body;
-  };
-  auto next_turn = [&](ServerProcess& p, int from) {
-    const std::vector<int> first = TokenRun(from, 200);
-    const std::vector<int> answer = ask(p, first, 24)["tokens"].get<std::vector<int>>();
-    EXPECT_EQ(answer.size(), 24u);
-    std::vector<int> turn = first;
-    // All but the last answer token (sampled, never decoded) are in the lane; a client sends all.
-    turn.insert(turn.end(), answer.begin(), answer.end());
-    for (int t : TokenRun(from + 11, 30)) turn.push_back(t);
-    return turn;
-  };
-  const std::vector<int> second = next_turn(*on, 3);
-  const json b = ask(*on, second, 16);
-  EXPECT_EQ(b["timings"].value("cache_n", -1), 200 + 23) << b["timings"].dump();
-  EXPECT_EQ(b["skippy"].value("cache_tier", ""), "lane") << b["skippy"].dump();
-  const json ref = ask(*off, second, 16);
-  EXPECT_EQ(b["tokens"], ref["tokens"]);
-  EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
-
-  // The exchange as an entry: another prompt takes the lane in between.
-  const std::vector<int> other = next_turn(*on, 7);
-  (void)ask(*on, TokenRun(5, 150), 4);
-  const json c = ask(*on, other, 16);
-  EXPECT_EQ(c["timings"].value("cache_n", -1), 200 + 23) << c["timings"].dump();
-  EXPECT_EQ(c["skippy"].value("cache_tier", ""), "memory") << c["skippy"].dump();
-  const json ref_c = ask(*off, other, 16);
-  EXPECT_EQ(c["tokens"], ref_c["tokens"]);
-  EXPECT_EQ(c["completion_probabilities"], ref_c["completion_probabilities"]);
-  const json stats = json::parse(on->Client()->Get("/cache/stats")->body);
+  ExpectAnswerRestored(*on, *off, NextTurn(*on, 3), "lane");
+  const json stats = ExpectExchangeEntryServes(*on, *off);
   EXPECT_GE(stats.value("answer_records", 0), 2) << stats.dump();
-
-  const json p = ask(*plain, next_turn(*plain, 3), 16);
+  const json p = AskTokens(*plain, NextTurn(*plain, 3), 16);
   EXPECT_EQ(p["timings"].value("cache_n", -1), 200) << "without the one-row class the answer is prefilled again: "
                                                       << p["timings"].dump();
 }
