@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""What a short prompt suffix after a prefix hit costs a stock llama-server, flash attention on and off.
+"""What a short prompt suffix after a prefix hit costs a server, flash attention on and off.
 
-    scripts/suffix_after_hit.py MODEL.gguf OUT.json [--runs N] [--threads T] [--port P]
+    scripts/suffix_after_hit.py MODEL.gguf OUT.json [--server llama-server|skippy-server]
+                                [--runs N] [--threads T] [--port P]
 
-Starts build/bin/llama-server (one slot, 2048-token context) once with `-fa on` and once with
-`-fa off`, one at a time. Each time: a ~770-token document (cold), then RUNS questions on it whose
-suffix after the document is ~14 tokens, each a hit on the slot's prompt (cache_prompt). Writes
-llama-server's own timings.prompt_ms / prompt_n per request and the medians: the serving
-comparisons' llama-server runs `-fa auto`, which is on for the CPU backend, and its short batches
-then take flash attention's one-row kernel once per row.
+Starts build/bin/llama-server (one slot; the default) or build/bin/skippy-server (one lane), with
+a 2048-token context, once with `-fa on` and once with `-fa off`, one at a time. Each time: a
+~770-token document (cold), then RUNS questions on it whose suffix after the document is ~14
+tokens, each a hit (cache_prompt). Writes the server's own timings.prompt_ms / prompt_n per request
+(skippy-server's also include the restore, with its `restore_ms` and `cache_tier`) and the
+medians. The serving comparisons' llama-server runs `-fa auto`, which is on for the CPU backend,
+and its batches under 64 rows then take flash attention's one-row kernel once per row;
+skippy-server's batch-invariant kernels take the tiled path from two rows.
 """
 import argparse, json, statistics, sys
 from pathlib import Path
@@ -23,6 +26,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
     ap.add_argument("out")
+    ap.add_argument("--server", choices=["llama-server", "skippy-server"], default="llama-server")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--port", type=int, default=18700)
@@ -30,24 +34,29 @@ def main():
     if not Path(a.model).is_file():
         ap.error(f"no model at {a.model}")
     doc = "Doc: " + " ".join(f"w{(i * 7) % 211} x" for i in range(250))
-    result = {"model": a.model, "threads": a.threads, "runs": a.runs, "flash_attn": {}}
+    result = {"model": a.model, "server": a.server, "threads": a.threads, "runs": a.runs, "flash_attn": {}}
     for fa in ("on", "off"):
-        cmd = [str(ROOT / "build/bin/llama-server"), "-m", a.model, "--host", "127.0.0.1", "--port", str(a.port),
-               "-t", str(a.threads), "-np", "1", "-c", "2048", "--no-webui", "-fa", fa]
+        cmd = [str(ROOT / "build/bin" / a.server), "-m", a.model, "--host", "127.0.0.1", "--port", str(a.port),
+               "-t", str(a.threads), "-c", "2048", "-fa", fa]
+        cmd += ["-np", "1", "--no-webui"] if a.server == "llama-server" else ["--runtime-lane-count", "1"]
         proc = start(cmd, a.port)
         try:
             samples = []
             for q in range(a.runs + 1):
                 prompt = f"{doc}\nQuestion {q}: what about w{q * 13} and w{q * 17} in the text above?"
-                t = post(a.port, "/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0,
-                                                 "cache_prompt": True})["timings"]
-                samples.append({"prompt_n": t["prompt_n"], "prompt_ms": t["prompt_ms"]})
+                r = post(a.port, "/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0,
+                                                 "cache_prompt": True})
+                t = r["timings"]
+                sample = {"prompt_n": t["prompt_n"], "prompt_ms": t["prompt_ms"]}
+                if "skippy" in r:
+                    sample.update({k: r["skippy"].get(k) for k in ("cache_tier", "restore_ms")})
+                samples.append(sample)
         finally:
             stop(proc)
         hits = samples[1:]
         result["flash_attn"][fa] = {"cold": samples[0], "hits": hits,
                                     "hit_prompt_ms_median": statistics.median(h["prompt_ms"] for h in hits)}
-        print(f"-fa {fa}: cold {samples[0]['prompt_n']} tokens {samples[0]['prompt_ms']:.1f} ms; "
+        print(f"{a.server} -fa {fa}: cold {samples[0]['prompt_n']} tokens {samples[0]['prompt_ms']:.1f} ms; "
               f"hit suffix {hits[0]['prompt_n']} tokens, median {result['flash_attn'][fa]['hit_prompt_ms_median']:.1f} ms")
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
 
