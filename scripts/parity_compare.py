@@ -16,11 +16,11 @@ and stops it (the decode prompts are chosen first, on llama-server alone, since 
 samples.*.decode_attempt says which one each server decoded where a refusal moved it on).
 Writes every sample, the medians and skippy / llama-server ratios (above 1: skippy is slower).
 """
-import argparse, json, random, statistics, sys, urllib.error
+import json, random, statistics, sys, urllib.error
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import post, start, stop  # noqa: E402
+from serverproc import model_arguments, parse_model_arguments, post, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
@@ -64,16 +64,9 @@ def first_accepted(r, ask, first=0):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model")
-    ap.add_argument("out")
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--port", type=int, default=18810)
+    ap = model_arguments(__doc__, runs=7, port=18810)
     ap.add_argument("--one-up", action="store_true", help="one server process at a time (see above)")
-    a = ap.parse_args()
-    if not Path(a.model).is_file():
-        ap.error(f"no model at {a.model}")
+    a = parse_model_arguments(ap)
     ports = {"skippy": a.port, "llama-server": a.port + 1}
     common = ["-m", a.model, "--host", "127.0.0.1", "-t", str(a.threads), "-c", "4096"]
     commands = {"skippy": [str(ROOT / "build/bin/skippy-server"), *common, "--port", str(ports["skippy"]),

@@ -10,28 +10,21 @@ prefill prompts of scripts/parity_compare.py, runs 100 and up), n_predict 1, and
 OUT_DIR/NAME.perf.data, OUT_DIR/NAME.top.txt (`perf report --sort symbol`, the 30 hottest) and
 OUT_DIR/prefill.json (timings.prompt_ms and prompt_n per request). Needs `perf`.
 """
-import argparse, json, signal, subprocess, sys, time
+import json, signal, subprocess, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_compare import prefill_prompt  # noqa: E402
-from serverproc import post, start, stop  # noqa: E402
+from serverproc import model_arguments, parse_model_arguments, post, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model")
-    ap.add_argument("out_dir")
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--port", type=int, default=18900)
+    ap = model_arguments(__doc__, runs=5, port=18900)
     ap.add_argument("skippy_args", nargs="*", help="extra skippy-server flags (after --)")
-    a = ap.parse_args()
-    if not Path(a.model).is_file():
-        ap.error(f"no model at {a.model}")
-    out = Path(a.out_dir)
+    a = parse_model_arguments(ap)
+    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     common = ["-m", a.model, "--host", "127.0.0.1", "-t", str(a.threads), "-c", "4096", "--port", str(a.port)]
     commands = {"llama-server": [str(ROOT / "build/bin/llama-server"), *common, "--parallel", "1", "--no-webui"],

@@ -1,5 +1,27 @@
-"""Helpers the measurement scripts share: start a server process and wait for /health, POST JSON."""
-import json, subprocess, time, urllib.request
+"""Helpers the measurement scripts share: their common arguments, start a server process and wait
+for /health, POST JSON."""
+import argparse, json, subprocess, time, urllib.request
+from pathlib import Path
+
+
+def model_arguments(doc, runs, port):
+    """A parser for a measurement script on one model: MODEL, OUT, --runs, --threads, --port; add
+    the script's own options, then call parse_model_arguments."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--port", type=int, default=port)
+    return ap
+
+
+def parse_model_arguments(ap):
+    """Parses, and refuses a MODEL that is not a file."""
+    a = ap.parse_args()
+    if not Path(a.model).is_file():
+        ap.error(f"no model at {a.model}")
+    return a
 
 
 def start(cmd, port):

@@ -13,26 +13,19 @@ medians. The serving comparisons' llama-server runs `-fa auto`, which is on for 
 and its batches under 64 rows then take flash attention's one-row kernel once per row;
 skippy-server's batch-invariant kernels take the tiled path from two rows.
 """
-import argparse, json, statistics, sys
+import json, statistics, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import post, start, stop  # noqa: E402
+from serverproc import model_arguments, parse_model_arguments, post, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model")
-    ap.add_argument("out")
+    ap = model_arguments(__doc__, runs=5, port=18700)
     ap.add_argument("--server", choices=["llama-server", "skippy-server"], default="llama-server")
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--port", type=int, default=18700)
-    a = ap.parse_args()
-    if not Path(a.model).is_file():
-        ap.error(f"no model at {a.model}")
+    a = parse_model_arguments(ap)
     doc = "Doc: " + " ".join(f"w{(i * 7) % 211} x" for i in range(250))
     result = {"model": a.model, "server": a.server, "threads": a.threads, "runs": a.runs, "flash_attn": {}}
     for fa in ("on", "off"):
