@@ -157,40 +157,32 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
   held = Held{};
   const auto n = static_cast<int32_t>(job.prompt.size());
   bool keep = false;
-  if (completed && job.active && n > 0) {
-    switch (strategy_->lane_keep()) {
-      case FamilyStrategy::LaneKeep::kNothing: break;
-      // Generated tokens were decoded one row at a time: kept where a one-row batch is in the
-      // prompt rows' class, cut off otherwise.
-      case FamilyStrategy::LaneKeep::kPromptKv:
-        if (MinBatch() == 1 && !generated.empty() &&
-            backend_.SequenceLength(lane) == n + static_cast<int32_t>(generated.size())) {
-          job.prompt.insert(job.prompt.end(), generated.begin(), generated.end());
-          job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
-          keep = true;
-          // A conversation's next turn starts with this exchange; as an entry it is restored on
-          // whichever lane the turn lands on (the lane itself keeps it only until another job
-          // takes it), as llama-server's prompt cache keeps a slot's prompt and answer.
-          if (job.records &&
-              recorder_.Resident(lane, job.scope, job.prompt, job.classes, strategy_->ExactOnly(job.prompt.size()))) {
-            ++counters_.answer_records;
-          }
-        } else {
-          keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
-        }
-        break;
-      // A recurrent state cannot be cut back, so the lane serves the next job only where that
-      // job's prompt extends everything the lane holds: the prompt, and with a one-row batch in
-      // the prompt rows' class the generated tokens too (recorded as an entry, as above).
-      case FamilyStrategy::LaneKeep::kEverything:
-        if (MinBatch() == 1 && !generated.empty() &&
-            backend_.SequenceLength(lane) == n + static_cast<int32_t>(generated.size())) {
-          job.prompt.insert(job.prompt.end(), generated.begin(), generated.end());
-          job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
-          if (job.records && recorder_.Recurrent(lane, job.scope, job.prompt, job.classes)) ++counters_.answer_records;
-        }
-        keep = backend_.SequenceLength(lane) >= n;
-        break;
+  if (completed && job.active && n > 0 && strategy_->lane_keep() != FamilyStrategy::LaneKeep::kNothing) {
+    // Generated tokens were decoded one row at a time: they join the lane's prompt where a one-row
+    // batch is in the prompt rows' class. A conversation's next turn starts with this exchange; as
+    // an entry it is restored on whichever lane the turn lands on (the lane itself keeps it only
+    // until another job takes it), as llama-server's prompt cache keeps a slot's prompt and answer.
+    const bool with_answer = MinBatch() == 1 && !generated.empty() &&
+                             backend_.SequenceLength(lane) == n + static_cast<int32_t>(generated.size());
+    if (with_answer) {
+      job.prompt.insert(job.prompt.end(), generated.begin(), generated.end());
+      job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
+    }
+    const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
+    if (with_answer && job.records &&
+        (dense ? recorder_.Resident(lane, job.scope, job.prompt, job.classes, strategy_->ExactOnly(job.prompt.size()))
+               : recorder_.Recurrent(lane, job.scope, job.prompt, job.classes))) {
+      ++counters_.answer_records;
+    }
+    if (with_answer) {
+      keep = true;
+    } else if (dense) {
+      // The answer is cut off.
+      keep = backend_.Truncate(lane, n).ok() && backend_.SequenceLength(lane) == n;
+    } else {
+      // kEverything: a recurrent state cannot be cut back, so the lane holds the prompt and the
+      // answer while only the prompt is held; it serves only a prompt that extends all it holds.
+      keep = backend_.SequenceLength(lane) >= n;
     }
   }
   std::optional<std::string> tenant = events_ && job.active ? TenantOf(job.scope.cache_namespace) : std::nullopt;
