@@ -62,6 +62,26 @@ TEST(RecordPlan, ChunkCutsComeFirstInTheGrid) {
   EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({612, 1124, 1636, 1728, 1808, 1812}));
 }
 
+TEST(RecordPlan, SpreadGridPointsThatCutABatchAreCapped) {
+  // The same miss as above with room for ten records: the chunk cuts are free, and the two longest
+  // grid points (1792 is next to the tail: 1728 only) serve the next short question on this text;
+  // the cap holds the points spread over the rest, each one more batch.
+  PromptShape p{1812, {}, std::nullopt};
+  RecordPlanOptions o = ExactBoundary(64, 10, 4);
+  o.free_every = 512;
+  o.max_paid_grid = 0;
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({512, 1024, 1536, 1728, 1808, 1812}));
+  o.max_paid_grid = 2;
+  EXPECT_EQ(Boundaries(p, o), std::vector<size_t>({448, 512, 896, 1024, 1536, 1728, 1808, 1812}));
+  // The named records (prompt end, turn, tail) are not grid points: a cap of 0 keeps them.
+  PromptShape chat{1000, {200, 700}, std::nullopt};
+  o.free_every = 0;
+  o.max_paid_grid = 0;
+  EXPECT_EQ(Boundaries(chat, o), std::vector<size_t>({700, 896, 960, 996, 1000}));
+  o.max_paid_grid = 1;
+  EXPECT_EQ(Boundaries(chat, o), std::vector<size_t>({448, 700, 896, 960, 996, 1000}));
+}
+
 TEST(RecordPlan, BranchPointComesRightAfterTheFullPrompt) {
   PromptShape p{1000, {200, 700}, std::nullopt};
   RecordPlanOptions o = ExactBoundary(256, 2, 4);

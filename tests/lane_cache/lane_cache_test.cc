@@ -196,6 +196,30 @@ TEST(Hybrid, ALaneHitRestoresOnlyTheRecurrentState) {
   ExpectConsistent(*c);
 }
 
+TEST(Hybrid, WhereACutIsDearTheGridGivesWayAndTheNamedRecordsStay) {
+  const auto prompt = Seq(1, 150);
+  const std::vector<size_t> ends = {100, 150};
+  FakeBackend cheap_backend(Kind::kHybrid), dear_backend(Kind::kHybrid), some_backend(Kind::kHybrid);
+  auto cheap = Make(cheap_backend);
+  LaneCacheOptions o;
+  o.grid_budget = 0.02;
+  o.cut_cost_rows = 1000;  // no grid point is worth its batch
+  auto dear = Make(dear_backend, o);
+  o.cut_cost_rows = 1;  // 2% of 150 rows: three grid points
+  auto some = Make(some_backend, o);
+  const Ran all = RunJob(*cheap, cheap_backend, 0, prompt, ends);
+  const Ran none = RunJob(*dear, dear_backend, 0, prompt, ends);
+  const Ran three = RunJob(*some, some_backend, 0, prompt, ends);
+  // The turn, the tail and the longest grid points (144 is next to the tail: 128) are recorded
+  // whatever a cut costs; the grid points spread over the rest only within the budget.
+  EXPECT_EQ(none.boundaries_seen, std::vector<size_t>({100, 128, 146}));
+  EXPECT_EQ(three.boundaries_seen.size(), 6u);
+  EXPECT_GT(all.boundaries_seen.size(), three.boundaries_seen.size());
+  EXPECT_EQ(none.start.chunk_ends, std::vector<size_t>({100, 128, 146, 150}));
+  // The next turn restores the turn record either way.
+  EXPECT_EQ(RunJob(*dear, dear_backend, 1, Cat(Seq(1, 100), Seq(700, 30)), {100, 130}).start.restored, 100u);
+}
+
 TEST(Recurrent, EntriesExistOnlyAtRecordedBoundaries) {
   FakeBackend b(Kind::kRecurrent);
   auto c = Make(b);

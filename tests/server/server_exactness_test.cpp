@@ -152,6 +152,8 @@ void ExpectCacheOnMatchesNoCache(const std::string& family, bool flash_attn) {
   ASSERT_FALSE(stats.is_null());
   EXPECT_TRUE(stats.value("enabled", false)) << stats.dump();
   EXPECT_TRUE(stats["batch_split"].value("pass", false)) << stats.dump();
+  // Exact-boundary families weigh their record grid by what a batch costs, measured at startup.
+  EXPECT_EQ(stats["cut_cost"].is_object(), stats.value("strategy", "") != "dense") << stats.dump();
   if (stats.value("payload", "") == "resident-kv") {
     // A lane keeps its last prompt and is cut back to the shared prefix.
     EXPECT_GT(stats.value("lane_hits", 0), 0) << stats.dump();
@@ -469,23 +471,52 @@ TEST(LaneBatching, AHybridNextTurnContinuesTheLane) {
 // restores the whole document, for a hybrid (KvRecurrent) and a sliding-window family (exact-only
 // ResidentKv entries). With a fresh lane each time (another document in between), only stored
 // entries can serve it.
-TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
+// The record grid's budget: skippy-server measures what a batch cut costs at startup (where it plans
+// exact-boundary records; ServingExactness checks what it then serves against --no-cache), takes a
+// given cost as it is, and measures nothing without a budget.
+TEST(GridBudget, TheCutCostIsMeasuredAtStartupGivenOrNotNeeded) {
   for (const std::string family : {"qwen3next", "gemma3"}) {
-    auto on = ServerProcess::Start(family, {"-c", "512", "--cache-record-stride", "64"}, family + "-branch");
+    auto measured = ServerProcess::Start(family, {"-c", "512"}, family + "-cut-measured");
+    auto given = ServerProcess::Start(family, {"-c", "512", "--cache-cut-cost", "7"}, family + "-cut-given");
+    auto none = ServerProcess::Start(family, {"-c", "512", "--cache-grid-budget", "0"}, family + "-cut-none");
+    ASSERT_TRUE(measured && given && none);
+    const json m = json::parse(measured->Client()->Get("/cache/stats")->body)["cut_cost"];
+    ASSERT_TRUE(m.is_object()) << family;
+    EXPECT_EQ(m.value("pieces", 0), 3) << m.dump();
+    EXPECT_GT(m.value("rows", 0), 0) << m.dump();
+    EXPECT_GT(m.value("whole_ms", 0.0), 0.0) << m.dump();
+    EXPECT_GE(m.value("cost_rows", -1.0), 0.0) << m.dump();
+    const json g = json::parse(given->Client()->Get("/cache/stats")->body)["cut_cost"];
+    EXPECT_EQ(g.value("cost_rows", 0.0), 7.0) << g.dump();
+    EXPECT_TRUE(g.value("given", false)) << g.dump();
+    EXPECT_TRUE(json::parse(none->Client()->Get("/cache/stats")->body)["cut_cost"].is_null()) << family;
+  }
+}
+
+// The branch record is not a grid point: the third question restores the whole document with the
+// grid held to a budget too.
+TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
+  for (const std::string family : {"qwen3next", "gemma3", "qwen3next+budget", "gemma3+budget"}) {
+    const bool budget = family.ends_with("+budget");
+    std::vector<std::string> flags = {"-c", "512", "--cache-record-stride", "64"};
+    flags.insert(flags.end(), {"--cache-grid-budget", budget ? "0.02" : "0", "--cache-cut-cost", "1000"});
+    auto on = ServerProcess::Start(family.substr(0, family.find('+')), flags, family.substr(0, family.find('+')) + (budget ? "-branch-budget" : "-branch"));
     ASSERT_TRUE(on);
     auto c = on->Client();
     const std::vector<int> doc = TokenRun(0, 201), other = TokenRun(3, 150);
-    size_t cached = 0;
+    std::vector<size_t> cached;
     for (int q = 0; q < 3; ++q) {
       std::vector<int> prompt = doc;
       for (int t : TokenRun(100 + 31 * q, 20)) prompt.push_back(t);
       auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});
       ASSERT_EQ(st, 200) << a.dump();
-      cached = a["tokens_cached"].get<size_t>();
+      cached.push_back(a["tokens_cached"].get<size_t>());
       auto [st2, b] = PostJson(*c, "/completion", {{"prompt", other}, {"n_predict", 2}, {"temperature", 0}});
       ASSERT_EQ(st2, 200) << b.dump();
     }
-    EXPECT_EQ(cached, doc.size()) << family << ": the third question should restore the document exactly";
+    // The longest grid point below the branch (128) is kept under any budget.
+    EXPECT_EQ(cached[1], 128u) << family << ": the second question restores the grid point below the branch";
+    EXPECT_EQ(cached[2], doc.size()) << family << ": the third question should restore the document exactly";
   }
 }
 

@@ -105,6 +105,16 @@ int main(int argc, char** argv) {
                  "next request replaces); 0: off. Default 4, as llama-server's last checkpoint (after a long last message, "
                  "at least the smallest batch of its class)")
       ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--cache-grid-budget", o.grid_budget,
+                 "hybrid and sliding-window models: the share of a miss's prefill time that the record grid's points "
+                 "spread over the prompt may cost in extra batches (fewer of them: cheaper misses, fewer hits where "
+                 "requests diverge inside a prompt); 0: no budget")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--cache-cut-cost", o.cut_cost_rows,
+                 "with --cache-grid-budget: what one more prefill batch costs, in prompt rows (default: measured at "
+                 "startup)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib,
                  "exact-repeat entries byte cap, MiB (default: a quarter of --cache-ram, at most 256)");

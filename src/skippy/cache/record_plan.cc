@@ -29,6 +29,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
 
   std::vector<size_t> candidates;
   size_t grid_candidates = 0;  // the last ones of `candidates`
+  size_t spread_from = 0;      // candidates from here on spread the grid over the prompt
   if (options.include_full_prompt) candidates.push_back(n);
   if (options.branch_point > 0 && options.branch_point < n) candidates.push_back(options.branch_point);
   std::optional<size_t> turn = prompt.final_user_turn_start;
@@ -59,6 +60,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
       // The last two points: the last one lies inside a short question about as often as not.
       candidates.push_back(grid.back());
       if (grid.size() >= 2) candidates.push_back(grid[grid.size() - 2]);
+      spread_from = candidates.size();
       std::deque<std::pair<size_t, size_t>> ranges;  // [lo, hi) index ranges not taken yet
       ranges.emplace_back(0, grid.size() >= 2 ? grid.size() - 2 : 0);
       while (!ranges.empty()) {
@@ -80,6 +82,7 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
   // A grid point within half a stride of a boundary already chosen (the tail, the full prompt, a
   // branch) adds almost nothing that one does not serve: its slot goes to the next grid point.
   const size_t named = candidates.size() - grid_candidates;
+  size_t paid_grid = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const size_t c = candidates[i];
     if (plan.boundaries.size() >= limit) break;
@@ -90,8 +93,13 @@ StatusOr<RecordPlan> PlanRecords(const PromptShape& prompt, const RecordPlanOpti
         })) {
       continue;
     }
+    const bool paid = spread_from > 0 && i >= spread_from &&
+                      !(options.free_every > 0 && c > options.restored_tokens &&
+                        (c - options.restored_tokens) % options.free_every == 0);
+    if (paid && paid_grid >= options.max_paid_grid) continue;
     uint64_t charge = options.bytes_per_token * c + options.bytes_per_record;
     if (charge > options.max_bytes - plan.planned_bytes) continue;  // a shorter one may still fit
+    if (paid) ++paid_grid;
     plan.boundaries.push_back(c);
     plan.planned_bytes += charge;
   }

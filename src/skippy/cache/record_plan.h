@@ -13,11 +13,12 @@
 //      before with another question);
 //   2. the last message boundary before the final user turn (the system prompt + history that the
 //      next turn of the same conversation will share), then n_tokens - tail_tokens (if tail_tokens);
-//   3. with a grid, the chunk cuts prefill makes anyway (free_every), then
-//      the stride grid (multiples of `stride` below n_tokens): the two longest points, then coarse to
-//      fine (the middle of the rest, the middles of its halves, ...), so records spread out. A grid
+//   3. with a grid, the chunk cuts prefill makes anyway (free_every), then the stride grid
+//      (multiples of `stride` below n_tokens): the two longest points, then coarse to fine (the
+//      middle of the rest, the middles of its halves, ...), so records spread out. A grid
 //      point closer than half a stride to a boundary already kept is skipped (the n - tail record
-//      already serves what the last grid point would).
+//      already serves what the last grid point would); at most max_paid_grid of the spread points
+//      that cut a batch.
 //
 // Thread-safety: pure function.
 #pragma once
@@ -64,6 +65,11 @@ struct RecordPlanOptions {
   // (the prefill chunk), so a boundary at restored_tokens + k * free_every costs no extra batch;
   // those come first among the grid candidates.
   size_t free_every = 0;
+  // Grid points that spread records over the prompt (all but the two longest) and cut prefill where
+  // it is not cut anyway (off free_every): at most this many. Each costs one more prefill batch,
+  // dear on some models (lane_cache::MeasureCutCost); the two longest serve the next short
+  // question on the same text and are kept like the tail.
+  size_t max_paid_grid = std::numeric_limits<size_t>::max();
 };
 
 struct RecordPlan {

@@ -1,9 +1,12 @@
 #include "skippy/lane_cache/engine_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <limits>
 
 #include "skippy/certify/batch_split.h"
+#include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sequence_state.h"
@@ -89,6 +92,49 @@ ServeCheck CheckBeforeServing(runtime::Engine& engine) {
     c.reason = StrCat("the batch-split check failed: logits depend on where prefill batches of ", check->min_batch,
                       "+ rows are cut");
   }
+  return c;
+}
+
+nlohmann::json CutCost::ToJson() const {
+  return {{"cost_rows", cost_rows}, {"rows", rows}, {"pieces", pieces}, {"whole_ms", whole_ms}, {"cut_ms", cut_ms}};
+}
+
+StatusOr<CutCost> MeasureCutCost(runtime::Engine& engine, int32_t lane, size_t rows, size_t pieces, size_t rounds) {
+  const size_t per_lane =
+      engine.context().options().n_ctx / std::max<uint32_t>(1, engine.lane_count() + engine.cache_seq_count());
+  const size_t n_batch = engine.context().options().n_batch;
+  CutCost c;
+  c.rows = std::min({rows, per_lane > 0 ? per_lane - 1 : 0, n_batch});
+  c.pieces = pieces;
+  if (pieces < 2 || c.rows < pieces * engine.MinExactBatch()) {
+    return absl::InvalidArgumentError(StrCat("a cut-cost measurement needs ", pieces, " batches of at least ",
+                                             engine.MinExactBatch(), " rows in ", c.rows, " tokens"));
+  }
+  SKIPPY_ASSIGN_OR_RETURN(std::vector<runtime::Token> tokens,
+                          certify::BenchmarkTokens(engine.model(), "What one more prefill batch costs.",
+                                                   static_cast<int32_t>(c.rows)));
+  auto prefill = [&](size_t k) -> StatusOr<double> {
+    SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
+    const auto start = std::chrono::steady_clock::now();
+    size_t at = 0;
+    for (size_t i = 1; i <= k; ++i) {
+      const size_t end = c.rows * i / k;
+      SKIPPY_RETURN_IF_ERROR(
+          engine.Decode(lane, std::span(tokens).subspan(at, end - at), static_cast<int32_t>(at)).status());
+      at = end;
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  c.whole_ms = c.cut_ms = std::numeric_limits<double>::infinity();
+  for (size_t r = 0; r < std::max<size_t>(1, rounds); ++r) {
+    SKIPPY_ASSIGN_OR_RETURN(double whole, prefill(1));
+    SKIPPY_ASSIGN_OR_RETURN(double cut, prefill(pieces));
+    c.whole_ms = std::min(c.whole_ms, whole);
+    c.cut_ms = std::min(c.cut_ms, cut);
+  }
+  SKIPPY_RETURN_IF_ERROR(engine.Clear(lane));
+  const double per_row = c.whole_ms / static_cast<double>(c.rows);
+  c.cost_rows = per_row > 0 ? std::max(0.0, (c.cut_ms - c.whole_ms) / static_cast<double>(pieces - 1) / per_row) : 0;
   return c;
 }
 

@@ -58,4 +58,24 @@ struct ServeCheck {
 };
 ServeCheck CheckBeforeServing(runtime::Engine& engine);
 
+// What one more prefill batch costs on this engine, in prompt rows of the same prefill: the
+// planner (RecordPolicy::cut_cost_rows) weighs an exact-boundary record that cuts a batch by it.
+// A batch boundary costs a pass over the weights beyond the rows themselves, which is cheap on
+// dense F16 models and dear where every ubatch converts its weights again (llama.cpp's CPU
+// backend decodes each used expert's IQ weight panel per ubatch on an MoE model). Method: `rows`
+// tokens (fewer if the lane is smaller) prefilled on `lane` in one batch and in `pieces` equal
+// batches, alternating, `rounds` times each; the fastest of each way is kept, and cost_rows =
+// ((cut_ms - whole_ms) / (pieces - 1)) / (whole_ms / rows), at least 0. Run it after the
+// batch-split check (which warms the weights). The lane is empty afterwards.
+struct CutCost {
+  double cost_rows = 0;
+  size_t rows = 0;
+  size_t pieces = 0;
+  double whole_ms = 0;  // fastest prefill of `rows` in one batch
+  double cut_ms = 0;    // fastest prefill of `rows` in `pieces` batches
+  nlohmann::json ToJson() const;
+};
+StatusOr<CutCost> MeasureCutCost(runtime::Engine& engine, int32_t lane, size_t rows = 192, size_t pieces = 3,
+                                 size_t rounds = 2);
+
 }  // namespace skippy::lane_cache

@@ -78,6 +78,8 @@ LaneCache::LaneCache(const LaneCacheOptions& o, LaneBackend& backend, std::uniqu
   policy_.stride = o.record_stride;
   policy_.max_records = o.max_records;
   policy_.tail = o.record_tail;
+  policy_.cut_cost_rows = o.cut_cost_rows;
+  policy_.grid_budget = o.grid_budget;
 }
 
 size_t LaneCache::PrefillChunk() const { return std::max<size_t>(2 * MinBatch(), options_.prefill_chunk); }

@@ -23,6 +23,11 @@ struct LaneCacheOptions {
   uint32_t record_stride = 64;
   uint32_t max_records = 10;
   uint32_t record_tail = 4;
+  // What one more prefill batch costs in prompt rows (lane_cache::MeasureCutCost at startup; 0:
+  // nothing), and the share of a prefill the grid records' extra batches may cost (0: no budget;
+  // RecordPolicy::grid_budget).
+  double cut_cost_rows = 0;
+  double grid_budget = 0;
   // Rows per prefill batch at most (raised to 2 * the long class's smallest batch).
   uint32_t prefill_chunk = 512;
 

@@ -39,6 +39,9 @@ std::vector<size_t> PlanRecordBoundaries(const RecordPolicy& p, size_t n, std::s
   if (restored > 0 && n - restored < 4 * p.stride) ro.stride = 0;
   // Records where prefill cuts a long suffix anyway cost no extra batch.
   ro.free_every = p.prefill_chunk;
+  if (p.cut_cost_rows > 0 && p.grid_budget > 0) {
+    ro.max_paid_grid = static_cast<size_t>(p.grid_budget * static_cast<double>(n - restored) / p.cut_cost_rows);
+  }
   auto rp = cache::PlanRecords(shape, ro);
   if (!rp.ok()) {
     Warn("record plan", rp.status());

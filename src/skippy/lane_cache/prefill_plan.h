@@ -30,6 +30,13 @@ struct RecordPolicy {
   size_t stride = 64;         // record grid
   size_t max_records = 10;
   size_t tail = 0;            // also record this many tokens before the prompt end (0: no)
+  // What one more prefill batch costs, in prompt rows (MeasureCutCost; 0: nothing), and how much
+  // of a prefill's rows the grid's extra batches may cost (0: no budget): grid records that cut a
+  // batch where prefill would not are kept while their count times cut_cost_rows stays within
+  // grid_budget of the rows prefilled. The prompt end, branch, turn and tail records are not held
+  // to it.
+  double cut_cost_rows = 0;
+  double grid_budget = 0;
 };
 
 // The batches of prompt[restored, n) and the records among their ends. Every batch stays within

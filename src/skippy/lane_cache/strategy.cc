@@ -139,6 +139,10 @@ class Hybrid final : public Recurrent {
 
 }  // namespace
 
+bool FamilyStrategy::PlansBoundaries(const BackendFacts& facts) {
+  return facts.family.enabled && (facts.family.payload == PayloadKind::kKvRecurrent || facts.n_swa > 0);
+}
+
 std::unique_ptr<FamilyStrategy> FamilyStrategy::For(const BackendFacts& facts, bool serving, const Tools& tools) {
   std::unique_ptr<FamilyStrategy> s;
   if (!facts.family.enabled) return std::make_unique<Disabled>(tools, false);

@@ -70,6 +70,9 @@ class FamilyStrategy {
   // The strategy of the family in `facts`; `serving` false (cache off) gives the disabled one,
   // planning prefill as the family's would.
   static std::unique_ptr<FamilyStrategy> For(const BackendFacts& facts, bool serving, const Tools& tools);
+  // Whether the family in `facts` plans exact-boundary records (For(...)->plans_boundaries()
+  // while serving).
+  static bool PlansBoundaries(const BackendFacts& facts);
 
   explicit FamilyStrategy(const Tools& tools) : t_(tools) {}
   virtual ~FamilyStrategy() = default;

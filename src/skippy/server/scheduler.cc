@@ -29,6 +29,8 @@ lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
   lo.record_stride = o.record_stride;
   lo.max_records = o.max_records;
   lo.record_tail = o.record_tail;
+  lo.cut_cost_rows = std::max(0.0, o.cut_cost_rows);
+  lo.grid_budget = o.grid_budget;
   lo.prefill_chunk = o.prefill_chunk;
   lo.max_entries = o.cache_entries;
   lo.max_bytes = std::max<uint64_t>(1, o.cache_ram_mib) << 20;
@@ -123,6 +125,19 @@ Status Scheduler::Load() {
       lo.enabled = false;
       lo.disabled_reason = check.reason;
       std::fprintf(stderr, "skippy-server: the cache is off: %s\n", check.reason.c_str());
+    }
+  }
+  if (options_.cut_cost_rows >= 0) {
+    cut_cost_json_ = {{"cost_rows", options_.cut_cost_rows}, {"given", true}};
+  } else if (lo.enabled && options_.grid_budget > 0 && lane_cache::FamilyStrategy::PlansBoundaries(backend_->facts())) {
+    // Exact-boundary records cut prefill batches: weigh them by what a cut costs on this model.
+    auto cost = lane_cache::MeasureCutCost(*engine_, 0);
+    if (cost.ok()) {
+      lo.cut_cost_rows = cost->cost_rows;
+      cut_cost_json_ = cost->ToJson();
+    } else {
+      std::fprintf(stderr, "skippy-server: the cut-cost measurement could not run (%s); the record grid is not held to a budget\n",
+                   std::string(cost.status().message()).c_str());
     }
   }
   SKIPPY_ASSIGN_OR_RETURN(cache_, lane_cache::LaneCache::Create(lo, *backend_));
@@ -239,6 +254,7 @@ nlohmann::json Scheduler::CacheStats() const {
   if (!ready_) return nlohmann::json::object();
   nlohmann::json j = CacheStatsJson(cache_->Stats());
   j["batch_split"] = batch_split_json_;
+  j["cut_cost"] = cut_cost_json_;
   j["batch_invariant"] = runtime::BatchInvariant();
   j["flash_attn"] = options_.flash_attn;
   j["family"] = engine_->family().family_key;

@@ -41,6 +41,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "skippy/lane_cache/engine_backend.h"
+#include "skippy/lane_cache/strategy.h"
 #include "skippy/lane_cache/lane_cache.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/server/api_error.h"
@@ -129,6 +130,7 @@ class Scheduler {
   std::unique_ptr<lane_cache::LaneCache> cache_;
   CacheEventLog events_;
   nlohmann::json batch_split_json_;  // the startup check's report (null when it did not run)
+  nlohmann::json cut_cost_json_;     // lane_cache::MeasureCutCost's (null when it did not run)
   nlohmann::json learned_json_;      // CertifyLearnedFamily's summary (null for a table family)
   std::string model_name_;
   std::atomic<bool> ready_{false};

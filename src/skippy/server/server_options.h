@@ -40,6 +40,13 @@ struct ServerOptions {
   // call:" that the next request of an agent loop replaces. skippy-server's default: 4 (where
   // llama-server takes its last checkpoint of a hybrid model), 64 with flash attention on.
   uint32_t record_tail = 4;
+  // The share of a miss's prefill that the record grid's spread points may cost in extra batches
+  // (0: no budget; lane_cache::RecordPolicy::grid_budget), and what one more prefill batch costs
+  // in prompt rows (< 0: measured at startup where records are planned, lane_cache::MeasureCutCost).
+  // docs/evidence/record-cost/ weighs the default: cold misses at llama-server's speed on models
+  // where a batch is dear, against fewer hits where requests diverge inside a prompt.
+  double grid_budget = 0.02;
+  double cut_cost_rows = -1;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
   // Disk tier: entries written through to this directory, read back after a RAM miss or a
