@@ -60,13 +60,19 @@ ServeCheck CheckBeforeServing(runtime::Engine& engine);
 
 // What one more prefill batch costs on this engine, in prompt rows of the same prefill: the
 // planner (RecordPolicy::cut_cost_rows) weighs an exact-boundary record that cuts a batch by it.
-// A batch boundary costs a pass over the weights beyond the rows themselves, which is cheap on
-// dense F16 models and dear where every ubatch converts its weights again (llama.cpp's CPU
+// A batch costs a pass over the weights beyond its rows: little on a dense Q4_K_M model, much
+// where F16 weights stream again or every ubatch converts its weights again (llama.cpp's CPU
 // backend decodes each used expert's IQ weight panel per ubatch on an MoE model). Method: `rows`
-// tokens (fewer if the lane is smaller) prefilled on `lane` in one batch and in `pieces` equal
-// batches, alternating, `rounds` times each; the fastest of each way is kept, and cost_rows =
-// ((cut_ms - whole_ms) / (pieces - 1)) / (whole_ms / rows), at least 0. Run it after the
-// batch-split check (which warms the weights). The lane is empty afterwards.
+// tokens (fewer if the lane or n_batch is smaller) prefilled on `lane` in one batch and in
+// `pieces` equal batches, alternating, `rounds` times each; the fastest of each way is kept, and
+// cost_rows = ((cut_ms - whole_ms) / (pieces - 1)) / (whole_ms / rows), at least 0. The defaults
+// cut 64-row pieces, the smallest the record grid makes (its dearest cuts). Each batch computes
+// its last row's logits, a vocabulary product the server's intermediate chunks skip; a record
+// costs more than its batch, though (a state copy or export at the boundary), and with the
+// product the measure read 1-2x what a record cost per cut on bench Qwen3Next IQ2_XS and Gemma3
+// F16, without it 0.25-1.3x (docs/evidence/record-cost/grid-budget/). Run it after the
+// batch-split check, which warms the weights. InvalidArgument when the pieces would be under
+// Engine::MinExactBatch rows; the lane is empty afterwards in every case.
 struct CutCost {
   double cost_rows = 0;
   size_t rows = 0;

@@ -11,7 +11,9 @@ namespace skippy::lane_cache {
 
 struct LaneCacheOptions {
   // False: every job misses with "cache-disabled" and nothing is recorded; prefill is planned and
-  // cut exactly as with the cache on (a --no-cache server computes the same numbers).
+  // cut exactly as with the cache on and the same cut_cost_rows (a --no-cache server computes the
+  // same numbers; skippy-server measures no cut cost then, so it may cut long-class batches in
+  // other places, which the cache-on server's startup batch-split check proves changes no bit).
   bool enabled = true;
   // Why the cache does not serve although it was asked for (an uncertified family, a failed startup
   // batch-split check); "" otherwise.
