@@ -247,6 +247,9 @@ TEST(Disabled, CacheOffMissesRecordsNothingAndPlansTheSameBatches) {
     off_options.enabled = false;
     auto off = Make(off_backend, off_options);
     EXPECT_EQ(off->strategy().name(), "disabled");
+    // skippy-server asks the facts before it makes the cache; both strategies must agree.
+    EXPECT_EQ(on->strategy().plans_boundaries(), FamilyStrategy::PlansBoundaries(on_backend.facts()));
+    EXPECT_EQ(off->strategy().plans_boundaries(), FamilyStrategy::PlansBoundaries(off_backend.facts()));
     const auto prompt = Seq(1, 150);
     const std::vector<size_t> ends = {100, 150};
     const Ran a = RunJob(*on, on_backend, 0, prompt, ends);

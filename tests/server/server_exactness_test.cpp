@@ -466,11 +466,6 @@ TEST(LaneBatching, AHybridNextTurnContinuesTheLane) {
                                                       << p["timings"].dump();
 }
 
-// A document asked about with a second question branches off the first question's path at the
-// document's end; that request records there (RestoreOutcome::branch), so a third question
-// restores the whole document, for a hybrid (KvRecurrent) and a sliding-window family (exact-only
-// ResidentKv entries). With a fresh lane each time (another document in between), only stored
-// entries can serve it.
 // The record grid's budget: skippy-server measures what a batch cut costs at startup (where it plans
 // exact-boundary records; ServingExactness checks what it then serves against --no-cache), takes a
 // given cost as it is, and measures nothing without a budget.
@@ -493,14 +488,22 @@ TEST(GridBudget, TheCutCostIsMeasuredAtStartupGivenOrNotNeeded) {
   }
 }
 
-// The branch record is not a grid point: the third question restores the whole document with the
-// grid held to a budget too.
+// A document asked about with a second question branches off the first question's path at the
+// document's end; that request records there (RestoreOutcome::branch), so a third question
+// restores the whole document, for a hybrid (KvRecurrent) and a sliding-window family (exact-only
+// ResidentKv entries). With a fresh lane each time (another document in between), only stored
+// entries can serve it.
+// The branch record is not a grid point: the same holds with the grid held to a budget, a dear
+// one, that leaves only its longest point.
 TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
-  for (const std::string family : {"qwen3next", "gemma3", "qwen3next+budget", "gemma3+budget"}) {
-    const bool budget = family.ends_with("+budget");
-    std::vector<std::string> flags = {"-c", "512", "--cache-record-stride", "64"};
-    flags.insert(flags.end(), {"--cache-grid-budget", budget ? "0.02" : "0", "--cache-cut-cost", "1000"});
-    auto on = ServerProcess::Start(family.substr(0, family.find('+')), flags, family.substr(0, family.find('+')) + (budget ? "-branch-budget" : "-branch"));
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"qwen3next", "0"}, {"gemma3", "0"}, {"qwen3next", "0.02"}, {"gemma3", "0.02"}};
+  for (const auto& [family, budget] : runs) {
+    SCOPED_TRACE(family + " --cache-grid-budget " + budget);
+    auto on = ServerProcess::Start(family,
+                                   {"-c", "512", "--cache-record-stride", "64", "--cache-grid-budget", budget,
+                                    "--cache-cut-cost", "1000"},
+                                   family + "-branch-" + budget);
     ASSERT_TRUE(on);
     auto c = on->Client();
     const std::vector<int> doc = TokenRun(0, 201), other = TokenRun(3, 150);
@@ -515,8 +518,8 @@ TEST(BranchPoint, ThirdQuestionOnADocumentRestoresTheWholeDocument) {
       ASSERT_EQ(st2, 200) << b.dump();
     }
     // The longest grid point below the branch (128) is kept under any budget.
-    EXPECT_EQ(cached[1], 128u) << family << ": the second question restores the grid point below the branch";
-    EXPECT_EQ(cached[2], doc.size()) << family << ": the third question should restore the document exactly";
+    EXPECT_EQ(cached[1], 128u) << "the second question restores the grid point below the branch";
+    EXPECT_EQ(cached[2], doc.size()) << "the third question should restore the document exactly";
   }
 }
 

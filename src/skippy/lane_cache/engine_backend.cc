@@ -100,11 +100,9 @@ nlohmann::json CutCost::ToJson() const {
 }
 
 StatusOr<CutCost> MeasureCutCost(runtime::Engine& engine, int32_t lane, size_t rows, size_t pieces, size_t rounds) {
-  const size_t per_lane =
-      engine.context().options().n_ctx / std::max<uint32_t>(1, engine.lane_count() + engine.cache_seq_count());
-  const size_t n_batch = engine.context().options().n_batch;
   CutCost c;
-  c.rows = std::min({rows, per_lane > 0 ? per_lane - 1 : 0, n_batch});
+  c.rows = std::min({rows, static_cast<size_t>(std::max(0, engine.LaneCapacity())),
+                     static_cast<size_t>(engine.context().options().n_batch)});
   c.pieces = pieces;
   if (pieces < 2 || c.rows < pieces * engine.MinExactBatch()) {
     return absl::InvalidArgumentError(StrCat("a cut-cost measurement needs ", pieces, " batches of at least ",

@@ -145,7 +145,8 @@ bool FamilyStrategy::PlansBoundaries(const BackendFacts& facts) {
 
 std::unique_ptr<FamilyStrategy> FamilyStrategy::For(const BackendFacts& facts, bool serving, const Tools& tools) {
   std::unique_ptr<FamilyStrategy> s;
-  if (!facts.family.enabled) return std::make_unique<Disabled>(tools, false);
+  // Off, or uncertified: plan prefill as the family would (an uncertified family plans nothing).
+  if (!serving || !facts.family.enabled) return std::make_unique<Disabled>(tools, PlansBoundaries(facts));
   if (facts.family.payload == PayloadKind::kKvRecurrent) {
     if (facts.hybrid_memory && facts.n_swa == 0) {
       s = std::make_unique<Hybrid>(tools);
@@ -157,7 +158,6 @@ std::unique_ptr<FamilyStrategy> FamilyStrategy::For(const BackendFacts& facts, b
   } else {
     s = std::make_unique<Dense>(tools);
   }
-  if (!serving) return std::make_unique<Disabled>(tools, s->plans_boundaries());
   return s;
 }
 

@@ -70,8 +70,8 @@ class FamilyStrategy {
   // The strategy of the family in `facts`; `serving` false (cache off) gives the disabled one,
   // planning prefill as the family's would.
   static std::unique_ptr<FamilyStrategy> For(const BackendFacts& facts, bool serving, const Tools& tools);
-  // Whether the family in `facts` plans exact-boundary records (For(...)->plans_boundaries()
-  // while serving).
+  // Whether the family in `facts` plans exact-boundary records: what For(...)->plans_boundaries()
+  // gives, serving or not (skippy-server asks before it makes the cache).
   static bool PlansBoundaries(const BackendFacts& facts);
 
   explicit FamilyStrategy(const Tools& tools) : t_(tools) {}

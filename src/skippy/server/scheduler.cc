@@ -8,6 +8,7 @@
 #include "skippy/certify/lane_batching.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
+#include "skippy/lane_cache/strategy.h"
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sampler.h"
 #include "skippy/server/cache_stats.h"

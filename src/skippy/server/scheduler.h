@@ -41,7 +41,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "skippy/lane_cache/engine_backend.h"
-#include "skippy/lane_cache/strategy.h"
 #include "skippy/lane_cache/lane_cache.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/server/api_error.h"
