@@ -17,6 +17,7 @@ class FakeBackend final : public LaneBackend {
   enum class Kind { kDense, kSlidingWindow, kHybrid, kRecurrent, kUncertified };
   static constexpr size_t kHeader = 8;
   static constexpr int32_t kVocab = 32768;
+  static constexpr uint64_t kDecodedTaint = 0x5deece66dULL;
 
   FakeBackend(Kind kind, uint32_t lanes = 2, size_t min_batch = 2, int32_t n_swa = 32) : kind_(kind), lanes_(lanes) {
     f_.family.enabled = kind != Kind::kUncertified;
@@ -47,11 +48,21 @@ class FakeBackend final : public LaneBackend {
     l.kv.insert(l.kv.end(), tokens.begin(), tokens.end());
     l.recurrent = Chain(tokens, l.recurrent);
   }
+  // What a one-row decode step does (a generated token): its cell and the state after it are of
+  // another batch class than a prompt row's, which the fake marks (a negative cell, a tainted chain).
+  void AppendDecoded(int32_t lane, Token t) {
+    Lane& l = lanes_[lane];
+    l.kv.push_back(-1 - t);
+    l.recurrent = Chain(std::span(&t, 1), l.recurrent) ^ kDecodedTaint;
+  }
   const std::vector<Token>& kv(int32_t lane) const { return lanes_[lane].kv; }
   uint64_t recurrent(int32_t lane) const { return lanes_[lane].recurrent; }
   bool recurrent_kind() const { return kind_ == Kind::kHybrid || kind_ == Kind::kRecurrent; }
   void FailImports(bool fail) { fail_imports_ = fail; }
   int exports() const { return exports_; }
+  // Batches through Prefill, and their rows.
+  int prefills() const { return prefills_; }
+  size_t prefill_rows() const { return prefill_rows_; }
 
   const BackendFacts& facts() const override { return f_; }
   int32_t SequenceLength(int32_t lane) const override { return static_cast<int32_t>(lanes_[lane].kv.size()); }
@@ -69,6 +80,14 @@ class FakeBackend final : public LaneBackend {
     }
     if (n > 0 && n < l.padded) return absl::FailedPreconditionError("cut into a padded import");
     l.kv.resize(static_cast<size_t>(n));
+    return absl::OkStatus();
+  }
+  Status Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0) override {
+    if (pos0 != SequenceLength(lane)) return absl::InvalidArgumentError("prefill not at the lane's end");
+    if (tokens.size() < f_.min_exact_batch) return absl::InvalidArgumentError("a batch below the smallest exact batch");
+    Append(lane, tokens);
+    ++prefills_;
+    prefill_rows_ += tokens.size();
     return absl::OkStatus();
   }
   StatusOr<std::vector<uint8_t>> ExportResident(int32_t lane) override {
@@ -171,6 +190,8 @@ class FakeBackend final : public LaneBackend {
   bool fail_imports_ = false;
   int exports_ = 0;
   int onto_restores_ = 0;
+  int prefills_ = 0;
+  size_t prefill_rows_ = 0;
 };
 
 }  // namespace skippy::lane_cache::testing

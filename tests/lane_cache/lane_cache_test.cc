@@ -44,9 +44,10 @@ struct Ran {
 };
 
 // What a scheduler does with one job: Begin, prefill in the planned batches (AtBoundary after each
-// but the last), the first token, one decoded token, Finish.
-Ran RunJob(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vector<Token>& prompt,
-           std::vector<size_t> message_ends = {}, const std::string& ns = "") {
+// but the last), the first token, then `answer` decoded one row at a time and Finish with it; with
+// no answer, one decoded token that Finish is not told of.
+Ran RunTurn(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vector<Token>& prompt,
+            const std::vector<Token>& answer, std::vector<size_t> message_ends = {}, const std::string& ns = "") {
   Ran r;
   r.start = cache.Begin(lane, ns, prompt, message_ends);
   EXPECT_EQ(backend.kv(lane), std::vector<Token>(prompt.begin(), prompt.begin() + r.start.restored))
@@ -73,10 +74,20 @@ Ran RunJob(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vect
     EXPECT_EQ(r.start.decoded->logits, LogitsOf(prompt));
   }
   cache.AfterFirstToken(lane, LogitsOf(prompt));
-  const Token generated = 999;
-  backend.Append(lane, std::span(&generated, 1));
-  cache.Finish(lane, true);
+  if (answer.empty()) {
+    const Token generated = 999;
+    backend.Append(lane, std::span(&generated, 1));
+    cache.Finish(lane, true);
+    return r;
+  }
+  for (Token t : answer) backend.AppendDecoded(lane, t);
+  cache.Finish(lane, true, answer);
   return r;
+}
+
+Ran RunJob(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vector<Token>& prompt,
+           std::vector<size_t> message_ends = {}, const std::string& ns = "") {
+  return RunTurn(cache, backend, lane, prompt, {}, std::move(message_ends), ns);
 }
 
 std::unique_ptr<LaneCache> Make(FakeBackend& backend, LaneCacheOptions o = {}) {
@@ -344,6 +355,195 @@ TEST(LaneCache, CapsEvictOldEntriesAndKeepEveryPayloadOwned) {
   EXPECT_LE(s.cache.pool.index.entries, 6u);
   EXPECT_GT(s.evictions, 0u);
   ExpectConsistent(*c);
+}
+
+// Answer prefill. A decoded token is a batch class of its own (smallest exact batch 2), so the
+// tokens a job generated into its lane (AppendDecoded marks them) are not what a recompute of the
+// next turn holds there. Between jobs the lane computes them again as prompt rows, one batch of at
+// most max_rows per IdleStep, and records the exchange; the next turn then restores the answer too.
+LaneCacheOptions AnswerPrefill() {
+  LaneCacheOptions o;
+  o.answer_prefill = true;
+  return o;
+}
+
+// IdleStep until no work is left; the steps taken.
+int Idle(LaneCache& c, size_t max_rows) {
+  int steps = 0;
+  while (c.HasIdleWork() && steps < 100) {
+    c.IdleStep(max_rows);
+    ++steps;
+  }
+  return steps;
+}
+
+TEST(AnswerPrefill, ADenseLaneComputesItsAnswerAsPromptRowsAndTheNextTurnRestoresIt) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b, AnswerPrefill());
+  const auto prompt = Seq(1, 100);
+  const auto answer = Seq(5000, 21);
+  RunTurn(*c, b, 0, prompt, answer);
+  EXPECT_EQ(b.kv(0), prompt) << "the decoded rows are cut off first";
+  ASSERT_TRUE(c->HasIdleWork());
+  const int before = b.prefills();
+  // 21 rows in batches of at most 8, the last one keeping 2+ rows: 8, 8, 5.
+  EXPECT_EQ(Idle(*c, 8), 3);
+  EXPECT_EQ(b.prefills() - before, 3);
+  EXPECT_EQ(b.kv(0), Cat(prompt, answer)) << "the lane holds the exchange as prompt rows";
+  EXPECT_EQ(c->Stats().answer_prefill_tokens, 21u);
+  EXPECT_EQ(c->Stats().answer_records, 1u);
+  // The next turn, on another lane: the exchange entry restores prompt and answer (RunTurn checks
+  // the lane holds exactly what a recompute would).
+  const auto next = Cat(Cat(prompt, answer), Seq(7000, 12));
+  const Ran turn = RunJob(*c, b, 1, next);
+  EXPECT_EQ(turn.start.restored, 121u);
+  EXPECT_EQ(turn.start.tier, "memory");
+  ExpectConsistent(*c);
+}
+
+TEST(AnswerPrefill, OffOrWhereDecodedRowsCannotBeRecomputedThereIsNoWork) {
+  const auto prompt = Seq(1, 100);
+  const auto answer = Seq(5000, 21);
+  {
+    FakeBackend b(Kind::kDense);
+    auto c = Make(b);  // answer_prefill off
+    RunTurn(*c, b, 0, prompt, answer);
+    EXPECT_FALSE(c->HasIdleWork());
+    EXPECT_EQ(RunJob(*c, b, 0, Cat(Cat(prompt, answer), Seq(7000, 12))).start.restored, 100u);
+  }
+  {
+    // A long class of 64+ rows (stock kernels, flash attention on): a prompt's classes depend on
+    // its messages, which the next turn's are not known yet.
+    FakeBackend b(Kind::kDense, 2, /*min_batch=*/64);
+    auto c = Make(b, AnswerPrefill());
+    RunTurn(*c, b, 0, Seq(1, 200), answer);
+    EXPECT_FALSE(c->HasIdleWork());
+  }
+  {
+    // A one-token answer is below the smallest exact batch.
+    FakeBackend b(Kind::kDense);
+    auto c = Make(b, AnswerPrefill());
+    RunTurn(*c, b, 0, prompt, Seq(5000, 1));
+    EXPECT_FALSE(c->HasIdleWork());
+  }
+  {
+    // Cache off: nothing is served, nothing is kept.
+    FakeBackend b(Kind::kDense);
+    LaneCacheOptions o = AnswerPrefill();
+    o.enabled = false;
+    auto c = Make(b, o);
+    RunTurn(*c, b, 0, prompt, answer);
+    EXPECT_FALSE(c->HasIdleWork());
+  }
+}
+
+TEST(AnswerPrefill, AJobOnTheLaneTakesWhatIsDoneAndDropsTheRest) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b, AnswerPrefill());
+  const auto prompt = Seq(1, 100);
+  const auto answer = Seq(5000, 21);
+  RunTurn(*c, b, 0, prompt, answer);
+  c->IdleStep(8);
+  EXPECT_EQ(b.kv(0), Cat(prompt, Seq(5000, 8)));
+  const Ran turn = RunJob(*c, b, 0, Cat(Cat(prompt, answer), Seq(7000, 12)));
+  EXPECT_EQ(turn.start.restored, 108u);
+  EXPECT_EQ(turn.start.tier, "lane");
+  EXPECT_EQ(c->Stats().answers_dropped, 0u) << "the next turn computed the rest";
+  EXPECT_EQ(c->Stats().answer_records, 0u);
+  EXPECT_FALSE(c->HasIdleWork());
+}
+
+// One lane, conversations interleaved: another conversation takes the lane before the answer is
+// prefilled. The answer waits; once the lanes are idle its prompt's entry comes back into a lane
+// (the oldest answer first: the lane's own waits meanwhile), the answer is prefilled there and the
+// exchange recorded, so its next turn still restores it.
+TEST(AnswerPrefill, AnAnswerWhoseLaneAnotherConversationTookWaitsForIdleTime) {
+  for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
+    SCOPED_TRACE(kind == Kind::kDense ? "dense" : "hybrid");
+    FakeBackend b(kind, /*lanes=*/1);
+    auto c = Make(b, AnswerPrefill());
+    const auto a = Seq(1, 100), a_answer = Seq(5000, 21);
+    const auto other = Seq(20000, 90), other_answer = Seq(6000, 9);
+    RunTurn(*c, b, 0, a, a_answer);
+    c->IdleStep(8);  // a third of it before the next request
+    RunTurn(*c, b, 0, other, other_answer);
+    EXPECT_EQ(Idle(*c, 64), 4) << "each answer: its prompt imported, then its one batch";
+    EXPECT_EQ(b.kv(0), Cat(other, other_answer)) << "the newest answer went last";
+    EXPECT_EQ(c->Stats().answer_records, 2u);
+    EXPECT_EQ(c->Stats().answers_dropped, 0u);
+    const Ran turn = RunJob(*c, b, 0, Cat(Cat(a, a_answer), Seq(7000, 12)));
+    EXPECT_EQ(turn.start.restored, 121u);
+    EXPECT_EQ(turn.start.tier, "memory");
+    const Ran other_turn = RunJob(*c, b, 0, Cat(Cat(other, other_answer), Seq(8000, 12)));
+    EXPECT_EQ(other_turn.start.restored, 99u);
+    ExpectConsistent(*c);
+  }
+}
+
+TEST(AnswerPrefill, TheDeferredQueueKeepsTheNewestAnswers) {
+  FakeBackend b(Kind::kDense, /*lanes=*/1);
+  auto c = Make(b, AnswerPrefill());
+  // Nine conversations on one lane, none idle in between: the queue keeps 4 (and the lane its own).
+  for (Token i = 0; i < 9; ++i) RunTurn(*c, b, 0, Seq(1000 * (i + 1), 100), Seq(20000 + 100 * i, 10));
+  EXPECT_EQ(c->Stats().answers_dropped, 4u);
+  Idle(*c, 64);
+  EXPECT_EQ(c->Stats().answer_records, 5u);
+  EXPECT_EQ(RunJob(*c, b, 0, Cat(Cat(Seq(1000, 100), Seq(20000, 10)), Seq(7000, 12))).start.restored, 100u)
+      << "the oldest answer was dropped";
+  EXPECT_EQ(RunJob(*c, b, 0, Cat(Cat(Seq(5000, 100), Seq(20400, 10)), Seq(7000, 12))).start.restored, 110u);
+}
+
+TEST(AnswerPrefill, AClearedNamespacesAnswerIsDropped) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b, AnswerPrefill());
+  RunTurn(*c, b, 0, Seq(1, 100), Seq(5000, 21), {}, "tenant");
+  c->Clear(std::string("tenant"));
+  const int before = b.prefills();
+  EXPECT_EQ(Idle(*c, 8), 1);
+  EXPECT_EQ(b.prefills(), before);
+  EXPECT_EQ(c->Stats().answers_dropped, 1u);
+  EXPECT_EQ(c->Stats().answer_records, 0u);
+}
+
+// A hybrid lane cannot be cut back: its recurrent state has moved past the decoded rows. The
+// prompt end's recurrent state comes back from its entry, onto the lane's attention KV cut to the
+// prompt, and the answer is prefilled from there; the next turn continues the lane.
+TEST(AnswerPrefill, AHybridLaneRewindsToThePromptEndFirst) {
+  FakeBackend b(Kind::kHybrid);
+  auto c = Make(b, AnswerPrefill());
+  const auto prompt = Seq(1, 100);
+  const auto answer = Seq(5000, 21);
+  RunTurn(*c, b, 0, prompt, answer);
+  EXPECT_EQ(b.kv(0).size(), 121u) << "the decoded rows stay until the idle work";
+  const int onto = b.onto_restores();
+  EXPECT_EQ(Idle(*c, 8), 3);
+  EXPECT_EQ(b.onto_restores(), onto + 1);
+  EXPECT_EQ(b.kv(0), Cat(prompt, answer));
+  EXPECT_EQ(b.recurrent(0), FakeBackend::Chain(Cat(prompt, answer))) << "the state is a recompute's";
+  EXPECT_EQ(c->Stats().answer_records, 1u);
+  const Ran turn = RunJob(*c, b, 0, Cat(Cat(prompt, answer), Seq(7000, 12)));
+  EXPECT_EQ(turn.start.restored, 121u);
+  EXPECT_EQ(turn.start.tier, "lane");
+  // Another lane restores the exchange from its entry (a whole-state import).
+  const Ran other = RunJob(*c, b, 1, Cat(Cat(prompt, answer), Seq(8000, 12)));
+  EXPECT_EQ(other.start.restored, 121u);
+  ExpectConsistent(*c);
+}
+
+TEST(AnswerPrefill, AHybridLaneWithoutThePromptEndsEntryKeepsItsDecodedRows) {
+  FakeBackend b(Kind::kHybrid);
+  LaneCacheOptions o = AnswerPrefill();
+  o.max_entries = 1;  // the prompt end's entry is evicted by the next record
+  auto c = Make(b, o);
+  const auto prompt = Seq(1, 100);
+  RunTurn(*c, b, 0, prompt, Seq(5000, 21));
+  RunJob(*c, b, 1, Seq(9000, 100));
+  ASSERT_TRUE(c->HasIdleWork());
+  const int before = b.prefills();
+  EXPECT_EQ(Idle(*c, 8), 1);
+  EXPECT_EQ(b.prefills(), before);
+  EXPECT_EQ(b.kv(0).size(), 121u);
+  EXPECT_EQ(c->Stats().answers_dropped, 1u);
 }
 
 // A tier eviction that reaches an entry a lookup has pinned: the entry goes once the pin is

@@ -427,7 +427,8 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   ASSERT_TRUE(on);
   auto off = ServerProcess::Start("llama", off_flags, "turns-off");
   ASSERT_TRUE(off);
-  auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "turns-plain");
+  auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--answer-prefill-idle-ms", "-1"},
+                                    "turns-plain");
   ASSERT_TRUE(plain);
   // One lane: nothing to batch, the class alone keeps the answer.
   auto single = ServerProcess::Start("llama", {"-c", "1024", "--one-row-class"}, "turns-single");
@@ -437,8 +438,8 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   const json stats = ExpectExchangeEntryServes(*on, *off);
   EXPECT_GE(stats.value("answer_records", 0), 1) << stats.dump();
   const json p = AskTokens(*plain, NextTurn(*plain, 3), 16);
-  EXPECT_EQ(p["timings"].value("cache_n", -1), 200) << "without the one-row class the answer is recomputed: "
-                                                      << p["timings"].dump();
+  EXPECT_EQ(p["timings"].value("cache_n", -1), 200)
+      << "without the one-row class or answer prefill the answer is recomputed: " << p["timings"].dump();
 }
 
 // A hybrid lane cannot be cut back (its recurrent state has moved on), so it serves the next turn
@@ -456,14 +457,54 @@ TEST(LaneBatching, AHybridNextTurnContinuesTheLane) {
   ASSERT_TRUE(on);
   auto off = ServerProcess::Start("qwen3next", off_flags, "hybrid-turns-off");
   ASSERT_TRUE(off);
-  auto plain = ServerProcess::Start("qwen3next", {"-c", "1024"}, "hybrid-turns-plain");
+  auto plain = ServerProcess::Start("qwen3next", {"-c", "1024", "--answer-prefill-idle-ms", "-1"}, "hybrid-turns-plain");
   ASSERT_TRUE(plain);
   ExpectAnswerRestored(*on, *off, NextTurn(*on, 3), "lane");
   const json stats = ExpectExchangeEntryServes(*on, *off);
   EXPECT_GE(stats.value("answer_records", 0), 2) << stats.dump();
   const json p = AskTokens(*plain, NextTurn(*plain, 3), 16);
-  EXPECT_EQ(p["timings"].value("cache_n", -1), 200) << "without the one-row class the answer is prefilled again: "
-                                                      << p["timings"].dump();
+  EXPECT_EQ(p["timings"].value("cache_n", -1), 200)
+      << "without the one-row class or answer prefill the answer is prefilled again: " << p["timings"].dump();
+}
+
+// /cache/stats once its answer_records reach `n` (answer prefill runs once the server is idle), or
+// after 20 s.
+json WaitForAnswerRecords(ServerProcess& p, int n) {
+  json stats;
+  for (int i = 0; i < 200; ++i) {
+    stats = json::parse(p.Client()->Get("/cache/stats")->body);
+    if (stats.value("answer_records", 0) >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return stats;
+}
+
+// Answer prefill, the default (no one-row class): a decoded token is a class of its own, so once
+// the server is idle the lane computes the answer again as prompt rows and records the exchange.
+// The next turn then restores the previous prompt and the 23 decoded answer tokens, from the lane
+// or, once another prompt took it, from the exchange entry, with a --no-cache server's
+// log-probabilities. Dense, sliding-window and hybrid (which first gets the prompt end's recurrent
+// state back) families.
+TEST(AnswerPrefill, ANextTurnRestoresTheAnswerComputedWhileIdle) {
+  for (const std::string family : {"llama", "gemma3", "qwen3next"}) {
+    SCOPED_TRACE(family);
+    auto on = ServerProcess::Start(family, {"-c", "1024"}, family + "-answer-on");
+    ASSERT_TRUE(on);
+    auto off = ServerProcess::Start(family, {"-c", "1024", "--no-cache"}, family + "-answer-off");
+    ASSERT_TRUE(off);
+    const std::vector<int> turn = NextTurn(*on, 3);
+    json stats = WaitForAnswerRecords(*on, 1);
+    EXPECT_EQ(stats.value("answer_records", 0), 1) << stats.dump();
+    EXPECT_EQ(stats.value("answer_prefill_tokens", 0), 23) << stats.dump();
+    ExpectAnswerRestored(*on, *off, turn, "lane");
+    // That turn was an exchange too; then a second conversation, whose lane another prompt takes
+    // before its next turn.
+    EXPECT_EQ(WaitForAnswerRecords(*on, 2).value("answer_records", 0), 2);
+    const std::vector<int> second = NextTurn(*on, 7);
+    EXPECT_EQ(WaitForAnswerRecords(*on, 3).value("answer_records", 0), 3);
+    (void)AskTokens(*on, TokenRun(5, 150), 4);
+    ExpectAnswerRestored(*on, *off, second, "memory");
+  }
 }
 
 // The record grid's budget: skippy-server measures what a batch cut costs at startup (where it plans

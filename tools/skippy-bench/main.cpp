@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   cmp->add_option("--repeats", sc.repeats, "interleaved repeats of each run")->capture_default_str();
   cmp->add_option("--ttft-slo-ms", sc.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();
+  cmp->add_option("--think-ms", sc.think_ms,
+                  "pause before each request that sends the server's reply back (chat-replies), as a user or a tool "
+                  "takes; not counted in wall time")
+      ->capture_default_str()->check(CLI::Range(0, 600000));
   cmp->add_option("--seed", sc.workload.seed, "workload seed")->capture_default_str();
   cmp->add_option("--long-prefix-words", sc.workload.long_prefix_words, "words in long prefixes")->capture_default_str();
   cmp->add_option("--requests", sc.workload.requests, "requests of repeat/shared-prefix")->capture_default_str();

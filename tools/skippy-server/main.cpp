@@ -115,6 +115,14 @@ int main(int argc, char** argv) {
                  "with --cache-grid-budget: what one more prefill batch costs, in prompt rows (default: measured at "
                  "startup)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--answer-prefill-idle-ms", o.answer_prefill_idle_ms,
+                 "after this many ms with no request running or waiting, a lane computes the answer its last request "
+                 "generated again as prompt rows and records the exchange, so the conversation's next turn restores the "
+                 "answer too (a decoded token is a batch class of its own otherwise); negative: never")
+      ->capture_default_str()->check(CLI::Range(-1, 3600000));
+  app.add_option("--answer-prefill-rows", o.answer_prefill_rows,
+                 "rows per batch of that work at most: a request that arrives meanwhile waits for one batch")
+      ->capture_default_str()->check(CLI::Range(4, 1 << 16));
   app.add_option("--cache-decoded-entries", o.decoded_entries, "exact-repeat (decoded-result) entries")->capture_default_str();
   app.add_option("--cache-decoded-ram", o.decoded_ram_mib,
                  "exact-repeat entries byte cap, MiB (default: a quarter of --cache-ram, at most 256)");

@@ -305,7 +305,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
   json doc = {{"version", 1}, {"machine", MachineInfo()}, {"synthetic_weights", o.model_dir.empty()},
               {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
                             {"flash_attn", o.flash_attn}, {"llama_default_flash_attn", "auto (llama-server's default)"},
-                            {"repeats", o.repeats}, {"ttft_slo_ms", o.ttft_slo_ms},
+                            {"repeats", o.repeats}, {"think_ms", o.think_ms}, {"ttft_slo_ms", o.ttft_slo_ms},
                             {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args},
                             {"zoo_format", o.model_dir.empty() ? o.zoo_format : ""}}},
               {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
@@ -393,7 +393,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           std::vector<StreamRun> results;
           json reqs = json::array();
           const auto t0 = SteadyClock::now();
-          double restart_ms = 0;  // not counted in wall time
+          double excluded_ms = 0;  // restarts and think time: not counted in wall time
           uint64_t peak_rss = 0;
           ReplyChain chain;
           for (const WorkloadRequest& req : w.requests) {
@@ -402,8 +402,13 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
               peak_rss = std::max(peak_rss, srv->PeakRssBytes());
               srv->Stop();
               srv = ModelServer::Start(so);
-              restart_ms += MsSince(r0);
+              excluded_ms += MsSince(r0);
               if (!srv.ok()) break;
+            }
+            if (req.after_reply && o.think_ms > 0) {
+              const auto p0 = SteadyClock::now();
+              std::this_thread::sleep_for(std::chrono::milliseconds(o.think_ms));
+              excluded_ms += MsSince(p0);
             }
             const std::string prompt = chain.PromptFor(req);
             StreamRun r = srv->StreamComplete(prompt, req.n_predict);
@@ -420,7 +425,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
             flush();
             continue;
           }
-          const double wall_s = (MsSince(t0) - restart_ms) / 1000.0;
+          const double wall_s = (MsSince(t0) - excluded_ms) / 1000.0;
           // Per phase; the headline phase's requests make the run's summary.
           std::map<std::string, std::vector<StreamRun>> phases;
           for (size_t i = 0; i < results.size(); ++i) {

@@ -34,6 +34,10 @@ struct ServeCompareOptions {
   // kernels (a hit may then prefill any suffix of 2+ tokens, runtime::MinExactBatch).
   bool flash_attn = true;
   int repeats = 2;
+  // A pause before each request that sends the server's own reply back (chat-replies), as a user
+  // reading it or a tool running would take; not counted in wall time, so throughput compares the
+  // servers' time only. 0: none (the next turn follows at once).
+  int think_ms = 0;
   double ttft_slo_ms = 1000;
   std::string skippy_server_bin;
   std::vector<std::string> skippy_args;  // extra skippy-server flags (recorded in the JSON)

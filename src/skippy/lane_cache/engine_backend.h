@@ -25,6 +25,9 @@ class EngineBackend final : public LaneBackend {
   int32_t PaddedPrefix(int32_t lane) const override { return engine_.PaddedPrefix(lane); }
   Status Clear(int32_t lane) override { return engine_.Clear(lane); }
   Status Truncate(int32_t lane, int32_t n_tokens) override { return engine_.Truncate(lane, n_tokens); }
+  Status Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0) override {
+    return engine_.Prefill(lane, tokens, pos0);
+  }
   StatusOr<std::vector<uint8_t>> ExportResident(int32_t lane) override { return engine_.ExportResident(lane); }
   Status ImportResident(std::span<const uint8_t> bytes, int32_t lane, std::span<const Token> tokens) override {
     return engine_.ImportResident(bytes, lane, tokens);

@@ -59,6 +59,10 @@ class LaneBackend {
   virtual Status Clear(int32_t lane) = 0;
   // Drops positions >= n_tokens (attention KV only; FailedPrecondition for recurrent memory).
   virtual Status Truncate(int32_t lane, int32_t n_tokens) = 0;
+  // Computes `tokens` as prompt rows in one batch, appended at pos0 == SequenceLength(lane); no
+  // logits. REQUIRES: at least facts().min_exact_batch tokens, so the rows are computed in the
+  // class a recompute of a longer prompt computes them in.
+  virtual Status Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0) = 0;
 
   // ResidentKv: the lane's attention KV as bytes, and back (clears the lane first). `tokens`: the
   // prefix the bytes hold (a sliding-window import is padded back to position 0 with them).

@@ -5,6 +5,7 @@
 
 #include "skippy/cache/payload_store.h"
 #include "skippy/common/strings.h"
+#include "skippy/lane_cache/warn.h"
 
 namespace skippy::lane_cache {
 
@@ -69,7 +70,8 @@ LaneCache::LaneCache(const LaneCacheOptions& o, LaneBackend& backend, std::uniqu
                 [this](const std::string& cache_namespace) { return TenantOf(cache_namespace); }),
       restorer_(backend, *cache_, *tier_, entries_, recorder_, counters_),
       jobs_(backend.facts().lane_count),
-      held_(backend.facts().lane_count) {
+      held_(backend.facts().lane_count),
+      finished_at_(backend.facts().lane_count, 0) {
   strategy_ = FamilyStrategy::For(backend.facts(), o.enabled,
                                   {backend, recorder_, restorer_, counters_, o.record_stride});
   policy_.exact_boundaries = strategy_->plans_boundaries();
@@ -120,9 +122,12 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   job.prompt.assign(prompt.begin(), prompt.end());
   job.classes = cache::BatchClasses::Of(prompt.size(), message_ends, MinBatch());
   job.records = strategy_->serves() && prompt.size() >= MinBatch();
-  // The lane changes from here on: what it held is read once, then forgotten.
+  // The lane changes from here on: what it held is read once, then forgotten. An answer still to
+  // prefill there is this prompt's to compute where it continues the exchange (the rows done are
+  // part of what the lane held), else it waits for idle time in the deferred queue.
   Held held = std::move(held_[static_cast<size_t>(lane)]);
   held_[static_cast<size_t>(lane)] = Held{};
+  if (!held.answer.empty() && !Continues(job, held)) Defer(std::move(held), lane);
   const RestoreOutcome r = restorer_.Restore(*strategy_, lane, job, Match(held, job));
   job.plan = PlanPrefill(policy_, prompt.size(), message_ends, job.classes, r.restored, r.branch);
   job.prompt_end_pending = job.records && r.decoded == nullptr;
@@ -176,6 +181,11 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
                : recorder_.Recurrent(lane, job.scope, job.prompt, job.classes))) {
       ++counters_.answer_records;
     }
+    // Otherwise, where every batch of 2+ rows is one class, the answer is prefilled again as
+    // prompt rows between jobs (IdleStep).
+    const bool answer_later = !with_answer && options_.answer_prefill && job.records &&
+                              MinBatch() == cache::BatchClasses::kMinShortBatch && generated.size() >= MinBatch() &&
+                              backend_.SequenceLength(lane) == n + static_cast<int32_t>(generated.size());
     if (with_answer) {
       keep = true;
     } else if (dense) {
@@ -186,22 +196,194 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
       // answer while only the prompt is held; it serves only a prompt that extends all it holds.
       keep = backend_.SequenceLength(lane) >= n;
     }
+    if (keep && answer_later) {
+      held.answer.assign(generated.begin(), generated.end());
+      held.answer_from = static_cast<size_t>(n);
+      held.answer_at = finishes_ + 1;  // this Finish's
+      held.answer_decoded = !dense;
+    }
   }
-  std::optional<std::string> tenant = events_ && job.active ? TenantOf(job.scope.cache_namespace) : std::nullopt;
   if (keep) {
-    held = {std::move(job.prompt), job.scope.cache_namespace, std::move(job.classes)};
+    held.tokens = std::move(job.prompt);
+    held.cache_namespace = job.scope.cache_namespace;
+    held.classes = std::move(job.classes);
   } else {
     (void)backend_.Clear(lane);
   }
-  if (tenant) {
-    CacheEvent e;
-    e.kind = CacheEvent::Kind::kLane;
-    e.lane = lane;
-    e.tenant_namespace = std::move(*tenant);
-    if (keep && strategy_->serves()) e.tokens = held.tokens;
-    events_(std::move(e));
-  }
+  if (job.active) LaneEvent(lane, job.scope.cache_namespace, keep ? held.tokens : std::vector<Token>{});
+  finished_at_[static_cast<size_t>(lane)] = ++finishes_;
   job = LaneJob{};
+}
+
+void LaneCache::LaneEvent(int32_t lane, const std::string& cache_namespace, std::span<const Token> tokens) {
+  if (!events_) return;
+  std::optional<std::string> tenant = TenantOf(cache_namespace);
+  if (!tenant) return;
+  CacheEvent e;
+  e.kind = CacheEvent::Kind::kLane;
+  e.lane = lane;
+  e.tenant_namespace = std::move(*tenant);
+  if (strategy_->serves()) e.tokens.assign(tokens.begin(), tokens.end());
+  events_(std::move(e));
+}
+
+bool LaneCache::Continues(const LaneJob& job, const Held& held) {
+  if (job.scope.cache_namespace != held.cache_namespace) return false;
+  const size_t n = held.tokens.size() + held.answer.size();
+  return job.prompt.size() > n && std::equal(held.tokens.begin(), held.tokens.end(), job.prompt.begin()) &&
+         std::equal(held.answer.begin(), held.answer.end(), job.prompt.begin() + static_cast<ptrdiff_t>(held.tokens.size()));
+}
+
+void LaneCache::Defer(Held&& held, int32_t lane) {
+  DeferredAnswer d;
+  d.cache_namespace = std::move(held.cache_namespace);
+  const auto from = static_cast<ptrdiff_t>(held.answer_from);
+  d.prompt.assign(held.tokens.begin(), held.tokens.begin() + from);
+  d.answer.assign(held.tokens.begin() + from, held.tokens.end());
+  d.answer.insert(d.answer.end(), held.answer.begin(), held.answer.end());
+  d.lane = lane;
+  d.at = held.answer_at;
+  deferred_.push_back(std::move(d));
+  // The newest answers are the likeliest to be continued.
+  while (deferred_.size() > kMaxDeferredPerLane * held_.size()) {
+    deferred_.erase(std::min_element(deferred_.begin(), deferred_.end(),
+                                     [](const DeferredAnswer& a, const DeferredAnswer& b) { return a.at < b.at; }));
+    ++counters_.answers_dropped;
+  }
+}
+
+bool LaneCache::HasIdleWork() const {
+  return !deferred_.empty() ||
+         std::any_of(held_.begin(), held_.end(), [](const Held& h) { return !h.answer.empty(); });
+}
+
+void LaneCache::IdleStep(size_t max_rows) {
+  if (std::any_of(jobs_.begin(), jobs_.end(), [](const LaneJob& j) { return j.active; })) return;
+  max_rows = std::max(max_rows, 2 * MinBatch());
+  // The oldest answer first: its conversation is the likeliest to come back next.
+  int32_t lane = -1;
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (!held_[i].answer.empty() && (lane < 0 || held_[i].answer_at < held_[static_cast<size_t>(lane)].answer_at)) {
+      lane = static_cast<int32_t>(i);
+    }
+  }
+  auto oldest = std::min_element(deferred_.begin(), deferred_.end(),
+                                 [](const DeferredAnswer& a, const DeferredAnswer& b) { return a.at < b.at; });
+  if (oldest == deferred_.end() || (lane >= 0 && held_[static_cast<size_t>(lane)].answer_at < oldest->at)) {
+    if (lane >= 0) PrefillAnswer(lane, max_rows);
+    return;
+  }
+  DeferredAnswer d = std::move(*oldest);
+  deferred_.erase(oldest);
+  if (Status s = Resume(d); !s.ok()) {
+    ++counters_.answers_dropped;
+    if (!absl::IsNotFound(s)) Warn("answer prefill: prompt restore", s);
+  }
+}
+
+Status LaneCache::Resume(DeferredAnswer& d) {
+  if (!TenantOf(d.cache_namespace)) return absl::NotFoundError("the namespace was cleared");
+  // The lane idle longest with no answer of its own to prefill (what it holds is its last prompt,
+  // whose own entry serves it again), else the lane idle longest, whose answer then waits here.
+  int32_t lane = -1;
+  for (int pass = 0; pass < 2 && lane < 0; ++pass) {
+    for (size_t i = 0; i < held_.size(); ++i) {
+      if (pass == 0 && !held_[i].answer.empty()) continue;
+      if (lane < 0 || finished_at_[i] < finished_at_[static_cast<size_t>(lane)]) lane = static_cast<int32_t>(i);
+    }
+  }
+  const cache::PrefixScope scope{backend_.facts().identity, d.cache_namespace};
+  const size_t n = d.prompt.size();
+  SKIPPY_ASSIGN_OR_RETURN(cache::LookupResult r, cache_->Peek(scope, d.prompt));
+  if (!r.match || r.match->usable_tokens != n || (strategy_->ExactOnly(r.match->entry.tokens) && r.match->entry.tokens != n)) {
+    return absl::NotFoundError("no entry of the prompt");
+  }
+  const EntryTable::Entry* e = entries_.Find(r.match->entry.id);
+  cache::BatchClasses classes = cache::BatchClasses::Of(n, {}, MinBatch());
+  if (e == nullptr || classes.AgreesUpTo(e->classes) < n) {
+    return absl::NotFoundError("the prompt's entry was computed in other batch classes");
+  }
+  if (!held_[static_cast<size_t>(lane)].answer.empty()) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
+  held_[static_cast<size_t>(lane)] = Held{};
+  Status s = restorer_.ImportStored(r.match->entry.desc, lane, d.prompt);
+  if (s.ok() && r.match->entry.tokens > n) s = backend_.Truncate(lane, static_cast<int32_t>(n));
+  if (s.ok() && backend_.SequenceLength(lane) != static_cast<int32_t>(n)) s = absl::InternalError("the lane holds another length");
+  if (!s.ok()) {
+    (void)backend_.Clear(lane);
+    return s;
+  }
+  Held& held = held_[static_cast<size_t>(lane)];
+  held.tokens = std::move(d.prompt);
+  held.cache_namespace = std::move(d.cache_namespace);
+  held.classes = std::move(classes);
+  held.answer = std::move(d.answer);
+  held.answer_from = n;
+  held.answer_at = d.at;
+  finished_at_[static_cast<size_t>(lane)] = ++finishes_;  // the next deferred answer takes another lane
+  return absl::OkStatus();
+}
+
+Status LaneCache::RewindToPrompt(int32_t lane, const Held& held) {
+  cache::PrefixScope scope{backend_.facts().identity, held.cache_namespace};
+  SKIPPY_ASSIGN_OR_RETURN(cache::LookupResult r, cache_->Peek(scope, held.tokens));
+  const size_t n = held.tokens.size();
+  if (!r.match || r.match->entry.tokens != n || r.match->usable_tokens != n ||
+      r.match->entry.desc.kind != cache::PayloadKind::kKvRecurrent) {
+    return absl::NotFoundError("no entry of the prompt end");
+  }
+  const EntryTable::Entry* e = entries_.Find(r.match->entry.id);
+  if (e == nullptr || held.classes.AgreesUpTo(e->classes) < n) {
+    return absl::NotFoundError("the prompt end's entry was computed in other batch classes");
+  }
+  return restorer_.RestoreRecurrentOnto(r.match->entry, lane, n);
+}
+
+void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
+  Held& held = held_[static_cast<size_t>(lane)];
+  // A Clear since the job: its records would be unreachable.
+  if (!TenantOf(held.cache_namespace)) {
+    held.answer.clear();
+    ++counters_.answers_dropped;
+    return;
+  }
+  auto fail = [&](const char* what, const Status& s) {
+    Warn(what, s);
+    (void)backend_.Clear(lane);
+    held = Held{};
+    ++counters_.answers_dropped;
+  };
+  const auto n = static_cast<int32_t>(held.tokens.size());
+  if (held.answer_decoded) {
+    if (Status s = RewindToPrompt(lane, held); !s.ok()) {
+      // The lane still holds the prompt and the decoded rows, as without idle work.
+      held.answer.clear();
+      ++counters_.answers_dropped;
+      if (!absl::IsNotFound(s)) fail("answer prefill: recurrent restore", s);
+      return;
+    }
+    held.answer_decoded = false;
+    if (backend_.SequenceLength(lane) != n) return fail("answer prefill", absl::InternalError("the lane was not cut back"));
+  }
+  // The last batch keeps the smallest exact batch too.
+  const size_t left = held.answer.size();
+  size_t rows = std::min(left, max_rows);
+  if (rows < left && left - rows < MinBatch()) rows = left - MinBatch();
+  const std::span<const Token> batch = std::span(held.answer).first(rows);
+  if (Status s = backend_.Prefill(lane, batch, n); !s.ok()) return fail("answer prefill", s);
+  held.tokens.insert(held.tokens.end(), batch.begin(), batch.end());
+  held.answer.erase(held.answer.begin(), held.answer.begin() + static_cast<ptrdiff_t>(rows));
+  held.classes = cache::BatchClasses::Of(held.tokens.size(), {}, MinBatch());
+  counters_.answer_prefill_tokens += rows;
+  if (!held.answer.empty()) return;
+  // The exchange, as a recompute of the next turn computes it: an entry for whichever lane the
+  // next turn lands on.
+  const cache::PrefixScope scope{backend_.facts().identity, held.cache_namespace};
+  const bool recorded = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv
+                            ? recorder_.Resident(lane, scope, held.tokens, held.classes,
+                                                 strategy_->ExactOnly(held.tokens.size()))
+                            : recorder_.Recurrent(lane, scope, held.tokens, held.classes);
+  if (recorded) ++counters_.answer_records;
+  LaneEvent(lane, held.cache_namespace, held.tokens);
 }
 
 size_t LaneCache::Clear(const std::optional<std::string>& ns) {
@@ -240,6 +422,8 @@ LaneCacheStats LaneCache::Stats() const {
   s.stored_hits = counters_.stored_hits.load();
   s.lane_hits = counters_.lane_hits.load();
   s.answer_records = counters_.answer_records.load();
+  s.answer_prefill_tokens = counters_.answer_prefill_tokens.load();
+  s.answers_dropped = counters_.answers_dropped.load();
   s.recurrent_onto_hits = counters_.recurrent_onto_hits.load();
   s.disk_hits = counters_.disk_hits.load();
   s.shared_hits = counters_.shared_hits.load();

@@ -22,6 +22,23 @@
 //        conversation's next turn restores the previous answer too, on any lane (a hybrid lane
 //        itself serves only a prompt that extends everything it holds).
 //
+// and, between jobs, idle work (options.answer_prefill):
+//
+//   HasIdleWork() / IdleStep(max_rows)
+//        with a smallest exact batch of 2 (a token decoded alone is a class of its own, every
+//        batch of 2+ rows one class) the tokens a job generated into its lane carry other bits
+//        than the same tokens prefilled as part of the next turn's prompt. Finish keeps them as
+//        the lane's answer to prefill; each IdleStep computes up to max_rows of one lane's answer
+//        again as prompt rows (a hybrid lane first gets the prompt end's recurrent state back from
+//        its entry), so the lane then holds the exchange as a recompute of the next turn would,
+//        and records it as an entry once the answer is done. A conversation's next turn then
+//        restores the previous answer too, on any lane. Only a scheduler with nothing to run
+//        calls IdleStep: it costs a batch's prefill while no request waits. A job that begins on
+//        the lane takes what is done; if it is not the exchange's next turn, the answer waits in
+//        a queue (the newest kMaxDeferredPerLane per lane). Idle steps take the oldest answer
+//        first, wherever it is: a deferred one has its prompt's entry imported into the lane idle
+//        longest (one with no answer of its own if there is one) and goes on from there.
+//
 // Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
 // restored prefix serves a prompt only as far as its rows were computed in the same classes: a
 // token's KV and logits depend in their last bits on the size class of the batch it was prefilled
@@ -44,6 +61,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -97,6 +115,14 @@ class LaneCache {
   // one, which was never decoded).
   void Finish(int32_t lane, bool completed, std::span<const Token> generated = {});
 
+  // Whether a lane has an answer to prefill (see above).
+  bool HasIdleWork() const;
+  // Prefills one batch of at most max_rows (raised to 2 * MinBatch()) of one lane's answer and
+  // records the exchange when the answer is done, or brings a deferred answer's prompt into a
+  // lane. A lane whose batch fails is cleared. Does nothing while a job is between Begin and
+  // Finish.
+  void IdleStep(size_t max_rows);
+
   // Drops every entry of one tenant namespace, or of all when nullopt; returns how many prefix
   // entries were erased. Between jobs' steps only (no lane mid-prefill is affected: its records go
   // to the namespace's old epoch and are unreachable).
@@ -125,8 +151,38 @@ class LaneCache {
     std::vector<Token> tokens;
     std::string cache_namespace;
     cache::BatchClasses classes;
+    // Idle work: the answer's tokens not yet prefilled as prompt rows after `tokens`, and whether
+    // the lane still holds them as decoded past `tokens` (a hybrid lane, whose recurrent state
+    // cannot be cut back: the prompt end's comes back from its entry first).
+    std::vector<Token> answer;
+    size_t answer_from = 0;  // where the answer starts in tokens + answer (the prompt's length)
+    uint64_t answer_at = 0;  // finishes_ when its job finished (oldest answers go first)
+    bool answer_decoded = false;
   };
+  // An answer whose lane another conversation took before it was prefilled: the prompt's entry is
+  // imported into an idle lane for it later.
+  struct DeferredAnswer {
+    std::string cache_namespace;
+    std::vector<Token> prompt;
+    std::vector<Token> answer;
+    int32_t lane = 0;  // where it was generated
+    uint64_t at = 0;   // Held::answer_at
+  };
+  static constexpr size_t kMaxDeferredPerLane = 4;
+  // Whether `job` is the exchange's next turn: its prompt holds the lane's tokens and the whole
+  // answer, and more.
+  static bool Continues(const LaneJob& job, const Held& held);
+  void Defer(Held&& held, int32_t lane);
+  // A deferred answer into a lane: its prompt's entry imported, the answer to prefill held.
+  Status Resume(DeferredAnswer& d);
   LaneHeld Match(const Held& held, const LaneJob& job) const;
+  // IdleStep on one lane.
+  void PrefillAnswer(int32_t lane, size_t max_rows);
+  // A hybrid lane holding `held.tokens` and decoded answer rows after them: the prompt end's
+  // recurrent state from its entry, the attention KV cut back to the prompt.
+  Status RewindToPrompt(int32_t lane, const Held& held);
+  // Reports what a lane holds now (CacheEvent::kLane; no tokens: nothing it serves).
+  void LaneEvent(int32_t lane, const std::string& cache_namespace, std::span<const Token> tokens);
 
   const LaneCacheOptions options_;
   LaneBackend& backend_;
@@ -142,6 +198,9 @@ class LaneCache {
   RecordPolicy policy_;
   std::vector<LaneJob> jobs_;  // per lane
   std::vector<Held> held_;     // per lane
+  std::deque<DeferredAnswer> deferred_;  // at most kMaxDeferredPerLane per lane
+  std::vector<uint64_t> finished_at_;    // per lane: finishes_ when its last job finished
+  uint64_t finishes_ = 0;
   uint64_t global_epoch_ = 0;
   std::map<std::string, uint64_t> epochs_;
   CacheEventSink events_;

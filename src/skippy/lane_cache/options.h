@@ -32,6 +32,10 @@ struct LaneCacheOptions {
   double grid_budget = 0;
   // Rows per prefill batch at most (raised to 2 * the long class's smallest batch).
   uint32_t prefill_chunk = 512;
+  // A finished job's generated tokens are kept as its lane's answer to prefill as prompt rows
+  // between jobs (LaneCache::IdleStep; only with a smallest exact batch of 2). skippy-server turns
+  // it on unless --answer-prefill-idle-ms is negative.
+  bool answer_prefill = false;
 
   // Caps of the prefix entries (bytes: ResidentKv charge + KvRecurrent payloads) and of the
   // decoded results (exact repeats).

@@ -72,6 +72,8 @@ nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
       {"evictions", s.evictions},
       {"records", s.records},
       {"answer_records", s.answer_records},
+      {"answer_prefill_tokens", s.answer_prefill_tokens},
+      {"answers_dropped", s.answers_dropped},
       {"record_skips", s.record_skips},
       {"stored_hits", s.stored_hits},
       {"lane_hits", s.lane_hits},

@@ -33,6 +33,7 @@ lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
   lo.cut_cost_rows = std::max(0.0, o.cut_cost_rows);
   lo.grid_budget = o.grid_budget;
   lo.prefill_chunk = o.prefill_chunk;
+  lo.answer_prefill = o.answer_prefill_idle_ms >= 0;
   lo.max_entries = o.cache_entries;
   lo.max_bytes = std::max<uint64_t>(1, o.cache_ram_mib) << 20;
   lo.decoded_entries = o.decoded_entries;
@@ -320,9 +321,19 @@ void Scheduler::Loop() {
     {
       std::unique_lock lock(mu_);
       const bool active = std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.job != nullptr; });
-      cv_.wait(lock, [&] {
-        return stop_ || active || !controls_.empty() || (!queue_.empty() && busy_ < lanes_.size());
-      });
+      auto work = [&] { return stop_ || active || !controls_.empty() || (!queue_.empty() && busy_ < lanes_.size()); };
+      // Idle work (answers to prefill) waits until nothing has run for answer_prefill_idle_ms, so a
+      // client that sends its next request at once finds the engine free.
+      if (!active && cache_->HasIdleWork()) {
+        const auto idle_from = idle_since_ + std::chrono::milliseconds(options_.answer_prefill_idle_ms);
+        if (!cv_.wait_until(lock, idle_from, work)) {
+          lock.unlock();
+          cache_->IdleStep(options_.answer_prefill_rows);
+          continue;
+        }
+      } else {
+        cv_.wait(lock, work);
+      }
       if (stop_) {
         for (size_t i = 0; i < lanes_.size(); ++i) {
           if (lanes_[i].job) {
@@ -566,6 +577,7 @@ void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiErro
   std::shared_ptr<Job> job = std::move(lane.job);
   const JobTimings timings = lane.timings;
   lane = Lane{};
+  idle_since_ = Clock::now();
   {
     std::lock_guard lock(mu_);
     --busy_;

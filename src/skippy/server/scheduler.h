@@ -16,6 +16,11 @@
 // (the default, one lane, recurrent and hybrid models); either way a lane's numbers do not depend
 // on what else runs.
 //
+// Idle work. Once no job has run or waited for answer_prefill_idle_ms, the engine thread runs the
+// lane cache's idle work one batch at a time (LaneCache::IdleStep: a finished job's answer
+// prefilled as prompt rows), checking for new jobs between batches, so a job that arrives then
+// waits for one batch of answer_prefill_rows rows at most.
+//
 // Bounds. At most lane_count jobs run and queue_size wait; Submit refuses more with
 // ResourceExhausted (the HTTP layer answers 503 with Retry-After).
 //
@@ -148,6 +153,7 @@ class Scheduler {
   };
   std::deque<Control> controls_ ABSL_GUARDED_BY(mu_);
   std::vector<Lane> lanes_;  // engine thread only
+  Clock::time_point idle_since_;  // when a lane last finished (engine thread only)
   std::thread thread_;
 };
 

@@ -47,6 +47,13 @@ struct ServerOptions {
   // where a batch is dear, against fewer hits where requests diverge inside a prompt.
   double grid_budget = 0.02;
   double cut_cost_rows = -1;
+  // After this many milliseconds with no request running or waiting, a lane prefills the answer
+  // its last request generated as prompt rows, one batch of at most answer_prefill_rows at a time,
+  // and records the exchange, so the conversation's next turn restores the answer too (< 0: never;
+  // lane_cache::LaneCache::IdleStep). Only where a decoded token is a batch class of its own (the
+  // default; with the one-row class the lane keeps the answer as it is).
+  int answer_prefill_idle_ms = 10;
+  uint32_t answer_prefill_rows = 64;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
   // Disk tier: entries written through to this directory, read back after a RAM miss or a
