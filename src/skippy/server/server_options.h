@@ -53,7 +53,7 @@ struct ServerOptions {
   // lane_cache::LaneCache::IdleStep). Only where a decoded token is a batch class of its own (the
   // default; with the one-row class the lane keeps the answer as it is).
   int answer_prefill_idle_ms = 10;
-  uint32_t answer_prefill_rows = 64;
+  uint32_t answer_prefill_rows = 16;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
   // Disk tier: entries written through to this directory, read back after a RAM miss or a
