@@ -367,6 +367,31 @@ LaneCacheOptions AnswerPrefill() {
   return o;
 }
 
+// A conversation's next turn on `lane`: the previous prompt, the answer and a new question.
+Ran NextTurn(LaneCache& c, FakeBackend& b, int32_t lane, const std::vector<Token>& prompt,
+             const std::vector<Token>& answer, Token question = 7000) {
+  return RunJob(c, b, lane, Cat(Cat(prompt, answer), Seq(question, 12)));
+}
+
+// A job restored `n` tokens of its prompt from `tier`.
+void ExpectRestored(const Ran& r, size_t n, std::string_view tier) {
+  EXPECT_EQ(r.start.restored, n);
+  EXPECT_EQ(r.start.tier, tier);
+}
+
+// A cache with answer prefill on, after one turn on lane 0: `prompt` answered with `answer`,
+// decoded one row at a time.
+struct Answered {
+  explicit Answered(Kind kind) : b(kind) {
+    c = Make(b, AnswerPrefill());
+    RunTurn(*c, b, 0, prompt, answer);
+  }
+  FakeBackend b;
+  std::unique_ptr<LaneCache> c;
+  const std::vector<Token> prompt = Seq(1, 100);
+  const std::vector<Token> answer = Seq(5000, 21);
+};
+
 // IdleStep until no work is left; the steps taken.
 int Idle(LaneCache& c, size_t max_rows) {
   int steps = 0;
@@ -378,11 +403,8 @@ int Idle(LaneCache& c, size_t max_rows) {
 }
 
 TEST(AnswerPrefill, ADenseLaneComputesItsAnswerAsPromptRowsAndTheNextTurnRestoresIt) {
-  FakeBackend b(Kind::kDense);
-  auto c = Make(b, AnswerPrefill());
-  const auto prompt = Seq(1, 100);
-  const auto answer = Seq(5000, 21);
-  RunTurn(*c, b, 0, prompt, answer);
+  Answered t(Kind::kDense);
+  auto& [b, c, prompt, answer] = t;
   EXPECT_EQ(b.kv(0), prompt) << "the decoded rows are cut off first";
   ASSERT_TRUE(c->HasIdleWork());
   const int before = b.prefills();
@@ -394,10 +416,7 @@ TEST(AnswerPrefill, ADenseLaneComputesItsAnswerAsPromptRowsAndTheNextTurnRestore
   EXPECT_EQ(c->Stats().answer_records, 1u);
   // The next turn, on another lane: the exchange entry restores prompt and answer (RunTurn checks
   // the lane holds exactly what a recompute would).
-  const auto next = Cat(Cat(prompt, answer), Seq(7000, 12));
-  const Ran turn = RunJob(*c, b, 1, next);
-  EXPECT_EQ(turn.start.restored, 121u);
-  EXPECT_EQ(turn.start.tier, "memory");
+  ExpectRestored(NextTurn(*c, b, 1, prompt, answer), 121u, "memory");
   ExpectConsistent(*c);
 }
 
@@ -409,7 +428,7 @@ TEST(AnswerPrefill, OffOrWhereDecodedRowsCannotBeRecomputedThereIsNoWork) {
     auto c = Make(b);  // answer_prefill off
     RunTurn(*c, b, 0, prompt, answer);
     EXPECT_FALSE(c->HasIdleWork());
-    EXPECT_EQ(RunJob(*c, b, 0, Cat(Cat(prompt, answer), Seq(7000, 12))).start.restored, 100u);
+    EXPECT_EQ(NextTurn(*c, b, 0, prompt, answer).start.restored, 100u);
   }
   {
     // A long class of 64+ rows (stock kernels, flash attention on): a prompt's classes depend on
@@ -437,17 +456,12 @@ TEST(AnswerPrefill, OffOrWhereDecodedRowsCannotBeRecomputedThereIsNoWork) {
   }
 }
 
-TEST(AnswerPrefill, AJobOnTheLaneTakesWhatIsDoneAndDropsTheRest) {
-  FakeBackend b(Kind::kDense);
-  auto c = Make(b, AnswerPrefill());
-  const auto prompt = Seq(1, 100);
-  const auto answer = Seq(5000, 21);
-  RunTurn(*c, b, 0, prompt, answer);
+TEST(AnswerPrefill, ANextTurnOnTheLaneTakesWhatIsDoneAndComputesTheRest) {
+  Answered t(Kind::kDense);
+  auto& [b, c, prompt, answer] = t;
   c->IdleStep(8);
   EXPECT_EQ(b.kv(0), Cat(prompt, Seq(5000, 8)));
-  const Ran turn = RunJob(*c, b, 0, Cat(Cat(prompt, answer), Seq(7000, 12)));
-  EXPECT_EQ(turn.start.restored, 108u);
-  EXPECT_EQ(turn.start.tier, "lane");
+  ExpectRestored(NextTurn(*c, b, 0, prompt, answer), 108u, "lane");
   EXPECT_EQ(c->Stats().answers_dropped, 0u) << "the next turn computed the rest";
   EXPECT_EQ(c->Stats().answer_records, 0u);
   EXPECT_FALSE(c->HasIdleWork());
@@ -471,11 +485,8 @@ TEST(AnswerPrefill, AnAnswerWhoseLaneAnotherConversationTookWaitsForIdleTime) {
     EXPECT_EQ(b.kv(0), Cat(other, other_answer)) << "the newest answer went last";
     EXPECT_EQ(c->Stats().answer_records, 2u);
     EXPECT_EQ(c->Stats().answers_dropped, 0u);
-    const Ran turn = RunJob(*c, b, 0, Cat(Cat(a, a_answer), Seq(7000, 12)));
-    EXPECT_EQ(turn.start.restored, 121u);
-    EXPECT_EQ(turn.start.tier, "memory");
-    const Ran other_turn = RunJob(*c, b, 0, Cat(Cat(other, other_answer), Seq(8000, 12)));
-    EXPECT_EQ(other_turn.start.restored, 99u);
+    ExpectRestored(NextTurn(*c, b, 0, a, a_answer), 121u, "memory");
+    ExpectRestored(NextTurn(*c, b, 0, other, other_answer, 8000), 99u, "memory");
     ExpectConsistent(*c);
   }
 }
@@ -488,9 +499,9 @@ TEST(AnswerPrefill, TheDeferredQueueKeepsTheNewestAnswers) {
   EXPECT_EQ(c->Stats().answers_dropped, 4u);
   Idle(*c, 64);
   EXPECT_EQ(c->Stats().answer_records, 5u);
-  EXPECT_EQ(RunJob(*c, b, 0, Cat(Cat(Seq(1000, 100), Seq(20000, 10)), Seq(7000, 12))).start.restored, 100u)
+  EXPECT_EQ(NextTurn(*c, b, 0, Seq(1000, 100), Seq(20000, 10)).start.restored, 100u)
       << "the oldest answer was dropped";
-  EXPECT_EQ(RunJob(*c, b, 0, Cat(Cat(Seq(5000, 100), Seq(20400, 10)), Seq(7000, 12))).start.restored, 110u);
+  EXPECT_EQ(NextTurn(*c, b, 0, Seq(5000, 100), Seq(20400, 10)).start.restored, 110u);
 }
 
 TEST(AnswerPrefill, AClearedNamespacesAnswerIsDropped) {
@@ -509,11 +520,8 @@ TEST(AnswerPrefill, AClearedNamespacesAnswerIsDropped) {
 // prompt end's recurrent state comes back from its entry, onto the lane's attention KV cut to the
 // prompt, and the answer is prefilled from there; the next turn continues the lane.
 TEST(AnswerPrefill, AHybridLaneRewindsToThePromptEndFirst) {
-  FakeBackend b(Kind::kHybrid);
-  auto c = Make(b, AnswerPrefill());
-  const auto prompt = Seq(1, 100);
-  const auto answer = Seq(5000, 21);
-  RunTurn(*c, b, 0, prompt, answer);
+  Answered t(Kind::kHybrid);
+  auto& [b, c, prompt, answer] = t;
   EXPECT_EQ(b.kv(0).size(), 121u) << "the decoded rows stay until the idle work";
   const int onto = b.onto_restores();
   EXPECT_EQ(Idle(*c, 8), 3);
@@ -521,12 +529,9 @@ TEST(AnswerPrefill, AHybridLaneRewindsToThePromptEndFirst) {
   EXPECT_EQ(b.kv(0), Cat(prompt, answer));
   EXPECT_EQ(b.recurrent(0), FakeBackend::Chain(Cat(prompt, answer))) << "the state is a recompute's";
   EXPECT_EQ(c->Stats().answer_records, 1u);
-  const Ran turn = RunJob(*c, b, 0, Cat(Cat(prompt, answer), Seq(7000, 12)));
-  EXPECT_EQ(turn.start.restored, 121u);
-  EXPECT_EQ(turn.start.tier, "lane");
+  ExpectRestored(NextTurn(*c, b, 0, prompt, answer), 121u, "lane");
   // Another lane restores the exchange from its entry (a whole-state import).
-  const Ran other = RunJob(*c, b, 1, Cat(Cat(prompt, answer), Seq(8000, 12)));
-  EXPECT_EQ(other.start.restored, 121u);
+  ExpectRestored(NextTurn(*c, b, 1, prompt, answer, 8000), 121u, "memory");
   ExpectConsistent(*c);
 }
 
