@@ -483,8 +483,9 @@ json WaitForAnswerRecords(ServerProcess& p, int n) {
 // the server is idle the lane computes the answer again as prompt rows and records the exchange.
 // The next turn then restores the previous prompt and the 23 decoded answer tokens, from the lane
 // or, once another prompt took it, from the exchange entry, with a --no-cache server's
-// log-probabilities. Dense, sliding-window and hybrid (which first gets the prompt end's recurrent
-// state back) families.
+// log-probabilities; also when another conversation took the lane before the answer was prefilled
+// (deferred, then resumed from the prompt's entry). Dense, sliding-window and hybrid (which first
+// gets the prompt end's recurrent state back) families.
 TEST(AnswerPrefill, ANextTurnRestoresTheAnswerComputedWhileIdle) {
   for (const std::string family : {"llama", "gemma3", "qwen3next"}) {
     SCOPED_TRACE(family);
@@ -504,6 +505,18 @@ TEST(AnswerPrefill, ANextTurnRestoresTheAnswerComputedWhileIdle) {
     EXPECT_EQ(WaitForAnswerRecords(*on, 3).value("answer_records", 0), 3);
     (void)AskTokens(*on, TokenRun(5, 150), 4);
     ExpectAnswerRestored(*on, *off, second, "memory");
+    // Deferred: another conversation takes the lane before the server has been idle for 300 ms.
+    // Once idle, the older answer goes first: its prompt's entry comes back into the lane (a
+    // padded import on gemma3, a whole state on qwen3next), the answer is prefilled there, and the
+    // newer one's after it.
+    auto deferred = ServerProcess::Start(family, {"-c", "1024", "--answer-prefill-idle-ms", "300"}, family + "-answer-deferred");
+    ASSERT_TRUE(deferred);
+    const std::vector<int> third = NextTurn(*deferred, 9);
+    (void)AskTokens(*deferred, TokenRun(5, 150), 4);
+    stats = WaitForAnswerRecords(*deferred, 2);
+    EXPECT_EQ(stats.value("answer_records", 0), 2) << stats.dump();
+    EXPECT_EQ(stats.value("answers_dropped", -1), 0) << stats.dump();
+    ExpectAnswerRestored(*deferred, *off, third, "memory");
   }
 }
 
