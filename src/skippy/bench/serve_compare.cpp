@@ -159,7 +159,20 @@ std::string Markdown(const json& doc) {
                  st.value("llama_default_flash_attn", std::string("the same")), " for llama-default",
                  st.value("zoo_format", std::string()).empty() ? std::string()
                                                                 : StrCat("; weights ", st.value("zoo_format", std::string())),
+                 st.value("think_ms", 0) > 0 ? StrCat("; ", st.value("think_ms", 0), " ms before each reply goes back")
+                                             : std::string(),
                  ".\n\n");
+  }
+  bool replies = false;
+  for (const json& r : doc["summary"]) {
+    StatusOr<Workload> w = MakeWorkload(r.value("workload", ""), WorkloadOptions{});
+    replies = replies || (w.ok() && w->has_replies());
+  }
+  if (replies) {
+    md += "A workload that sends the server's replies back gives each server its own replies, so from the second "
+          "turn on the servers' prompts differ (in length, and in how much of a reply tokenizes back): a ratio across "
+          "servers there compares different work. Runs of one server with other flags compare the same prompts "
+          "(skippy-server's answers do not depend on its cache).\n\n";
   }
   if (std::string h = HeadToHead(doc); !h.empty()) md += h + "\n## All runs\n\n";
   md += StrCat("| Family | Workload | Server | TTFT p50 ms | TTFT p95 ms | e2e p50 ms | reused / recomputed prompt tokens | "
