@@ -47,8 +47,10 @@ Workload MakeWorkload(uint32_t seed) {
   return w;
 }
 
+// No answer prefill: these tests count the entries on disk, and an exchange recorded while the
+// server is idle would add entries depending on the client's timing.
 const std::vector<std::string> kCommon = {"-c", "512", "--prefill-chunk", "128", "--cache-record-stride", "64",
-                                          "--runtime-lane-count", "1"};
+                                          "--runtime-lane-count", "1", "--answer-prefill-idle-ms", "-1"};
 
 std::vector<std::string> Flags(std::vector<std::string> extra) {
   std::vector<std::string> f = kCommon;
