@@ -52,7 +52,7 @@ struct ServerOptions {
   // and records the exchange, so the conversation's next turn restores the answer too (< 0: never;
   // lane_cache::LaneCache::IdleStep). Only where a decoded token is a batch class of its own (the
   // default; with the one-row class the lane keeps the answer as it is).
-  int answer_prefill_idle_ms = 10;
+  int answer_prefill_idle_ms = 50;
   uint32_t answer_prefill_rows = 16;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
   uint64_t decoded_ram_mib = 256;
