@@ -477,10 +477,12 @@ TEST(AnswerPrefill, AnAnswerWhoseLaneAnotherConversationTookWaitsForIdleTime) {
     FakeBackend b(kind, /*lanes=*/1);
     auto c = Make(b, AnswerPrefill());
     const auto a = Seq(1, 100), a_answer = Seq(5000, 21);
-    const auto other = Seq(20000, 90), other_answer = Seq(6000, 9);
+    // The other conversation shares a's first 60 tokens (a system prompt), which the lane serves.
+    const auto other = Cat(Seq(1, 60), Seq(20000, 30)), other_answer = Seq(6000, 9);
     RunTurn(*c, b, 0, a, a_answer);
     c->IdleStep(8);  // a third of it before the next request
-    RunTurn(*c, b, 0, other, other_answer);
+    const Ran taken = RunTurn(*c, b, 0, other, other_answer);
+    if (kind == Kind::kDense) ExpectRestored(taken, 60u, "lane");
     EXPECT_EQ(Idle(*c, 64), 4) << "each answer: its prompt imported, then its one batch";
     EXPECT_EQ(b.kv(0), Cat(other, other_answer)) << "the newest answer went last";
     EXPECT_EQ(c->Stats().answer_records, 2u);

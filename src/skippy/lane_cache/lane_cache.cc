@@ -127,8 +127,8 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   // part of what the lane held), else it waits for idle time in the deferred queue.
   Held held = std::move(held_[static_cast<size_t>(lane)]);
   held_[static_cast<size_t>(lane)] = Held{};
-  if (!held.answer.empty() && !Continues(job, held)) Defer(std::move(held), lane);
   const RestoreOutcome r = restorer_.Restore(*strategy_, lane, job, Match(held, job));
+  if (!held.answer.empty() && !Continues(job, held)) Defer(std::move(held), lane);
   job.plan = PlanPrefill(policy_, prompt.size(), message_ends, job.classes, r.restored, r.branch);
   job.prompt_end_pending = job.records && r.decoded == nullptr;
   JobStart start;
