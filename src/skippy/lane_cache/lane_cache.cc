@@ -246,10 +246,14 @@ void LaneCache::Defer(Held&& held, int32_t lane) {
   deferred_.push_back(std::move(d));
   // The newest answers are the likeliest to be continued.
   while (deferred_.size() > kMaxDeferredPerLane * held_.size()) {
-    deferred_.erase(std::min_element(deferred_.begin(), deferred_.end(),
-                                     [](const DeferredAnswer& a, const DeferredAnswer& b) { return a.at < b.at; }));
+    deferred_.erase(OldestDeferred());
     ++counters_.answers_dropped;
   }
+}
+
+std::deque<LaneCache::DeferredAnswer>::iterator LaneCache::OldestDeferred() {
+  return std::min_element(deferred_.begin(), deferred_.end(),
+                          [](const DeferredAnswer& a, const DeferredAnswer& b) { return a.at < b.at; });
 }
 
 bool LaneCache::HasIdleWork() const {
@@ -267,8 +271,7 @@ void LaneCache::IdleStep(size_t max_rows) {
       lane = static_cast<int32_t>(i);
     }
   }
-  auto oldest = std::min_element(deferred_.begin(), deferred_.end(),
-                                 [](const DeferredAnswer& a, const DeferredAnswer& b) { return a.at < b.at; });
+  auto oldest = OldestDeferred();
   if (oldest == deferred_.end() || (lane >= 0 && held_[static_cast<size_t>(lane)].answer_at < oldest->at)) {
     if (lane >= 0) PrefillAnswer(lane, max_rows);
     return;
@@ -292,21 +295,13 @@ Status LaneCache::Resume(DeferredAnswer& d) {
       if (lane < 0 || finished_at_[i] < finished_at_[static_cast<size_t>(lane)]) lane = static_cast<int32_t>(i);
     }
   }
-  const cache::PrefixScope scope{backend_.facts().identity, d.cache_namespace};
   const size_t n = d.prompt.size();
-  SKIPPY_ASSIGN_OR_RETURN(cache::LookupResult r, cache_->Peek(scope, d.prompt));
-  if (!r.match || r.match->usable_tokens != n || (strategy_->ExactOnly(r.match->entry.tokens) && r.match->entry.tokens != n)) {
-    return absl::NotFoundError("no entry of the prompt");
-  }
-  const EntryTable::Entry* e = entries_.Find(r.match->entry.id);
   cache::BatchClasses classes = cache::BatchClasses::Of(n, {}, MinBatch());
-  if (e == nullptr || classes.AgreesUpTo(e->classes) < n) {
-    return absl::NotFoundError("the prompt's entry was computed in other batch classes");
-  }
+  SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(d.cache_namespace, d.prompt, classes));
   if (!held_[static_cast<size_t>(lane)].answer.empty()) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
   held_[static_cast<size_t>(lane)] = Held{};
-  Status s = restorer_.ImportStored(r.match->entry.desc, lane, d.prompt);
-  if (s.ok() && r.match->entry.tokens > n) s = backend_.Truncate(lane, static_cast<int32_t>(n));
+  Status s = restorer_.ImportStored(m.entry.desc, lane, d.prompt);
+  if (s.ok() && m.entry.tokens > n) s = backend_.Truncate(lane, static_cast<int32_t>(n));
   if (s.ok() && backend_.SequenceLength(lane) != static_cast<int32_t>(n)) s = absl::InternalError("the lane holds another length");
   if (!s.ok()) {
     (void)backend_.Clear(lane);
@@ -323,19 +318,24 @@ Status LaneCache::Resume(DeferredAnswer& d) {
   return absl::OkStatus();
 }
 
-Status LaneCache::RewindToPrompt(int32_t lane, const Held& held) {
-  cache::PrefixScope scope{backend_.facts().identity, held.cache_namespace};
-  SKIPPY_ASSIGN_OR_RETURN(cache::LookupResult r, cache_->Peek(scope, held.tokens));
-  const size_t n = held.tokens.size();
-  if (!r.match || r.match->entry.tokens != n || r.match->usable_tokens != n ||
-      r.match->entry.desc.kind != cache::PayloadKind::kKvRecurrent) {
-    return absl::NotFoundError("no entry of the prompt end");
+StatusOr<cache::Match> LaneCache::EntryOf(const std::string& cache_namespace, std::span<const Token> tokens,
+                                          const cache::BatchClasses& classes) const {
+  const cache::PrefixScope scope{backend_.facts().identity, cache_namespace};
+  SKIPPY_ASSIGN_OR_RETURN(cache::LookupResult r, cache_->Peek(scope, tokens));
+  const size_t n = tokens.size();
+  if (!r.match || r.match->usable_tokens != n || (strategy_->ExactOnly(r.match->entry.tokens) && r.match->entry.tokens != n)) {
+    return absl::NotFoundError("no entry of the prompt");
   }
   const EntryTable::Entry* e = entries_.Find(r.match->entry.id);
-  if (e == nullptr || held.classes.AgreesUpTo(e->classes) < n) {
-    return absl::NotFoundError("the prompt end's entry was computed in other batch classes");
+  if (e == nullptr || classes.AgreesUpTo(e->classes) < n) {
+    return absl::NotFoundError("the prompt's entry was computed in other batch classes");
   }
-  return restorer_.RestoreRecurrentOnto(r.match->entry, lane, n);
+  return *r.match;
+}
+
+Status LaneCache::RewindToPrompt(int32_t lane, const Held& held) {
+  SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(held.cache_namespace, held.tokens, held.classes));
+  return restorer_.RestoreRecurrentOnto(m.entry, lane, held.tokens.size());
 }
 
 void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {

@@ -178,6 +178,12 @@ class LaneCache {
   LaneHeld Match(const Held& held, const LaneJob& job) const;
   // IdleStep on one lane.
   void PrefillAnswer(int32_t lane, size_t max_rows);
+  // The entry serving exactly `tokens`, computed in `classes` (unpinned: use it before anything
+  // records); NotFound if there is none.
+  StatusOr<cache::Match> EntryOf(const std::string& cache_namespace, std::span<const Token> tokens,
+                                 const cache::BatchClasses& classes) const;
+  // The deferred answer that finished first (end() when none).
+  std::deque<DeferredAnswer>::iterator OldestDeferred();
   // A hybrid lane holding `held.tokens` and decoded answer rows after them: the prompt end's
   // recurrent state from its entry, the attention KV cut back to the prompt.
   Status RewindToPrompt(int32_t lane, const Held& held);
