@@ -47,7 +47,8 @@ struct Ran {
 // but the last), the first token, then `answer` decoded one row at a time and Finish with it; with
 // no answer, one decoded token that Finish is not told of.
 Ran RunTurn(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vector<Token>& prompt,
-            const std::vector<Token>& answer, std::vector<size_t> message_ends = {}, const std::string& ns = "") {
+            const std::vector<Token>& answer, std::vector<size_t> message_ends = {}, const std::string& ns = "",
+            NextTurnFn next_turn = {}) {
   Ran r;
   r.start = cache.Begin(lane, ns, prompt, message_ends);
   EXPECT_EQ(backend.kv(lane), std::vector<Token>(prompt.begin(), prompt.begin() + r.start.restored))
@@ -81,7 +82,7 @@ Ran RunTurn(LaneCache& cache, FakeBackend& backend, int32_t lane, const std::vec
     return r;
   }
   for (Token t : answer) backend.AppendDecoded(lane, t);
-  cache.Finish(lane, true, answer);
+  cache.Finish(lane, true, answer, std::move(next_turn));
   return r;
 }
 
@@ -551,6 +552,76 @@ TEST(AnswerPrefill, AHybridLaneWithoutThePromptEndsEntryKeepsItsDecodedRows) {
   EXPECT_EQ(b.prefills(), before);
   EXPECT_EQ(b.kv(0).size(), 121u);
   EXPECT_EQ(c->Stats().answers_dropped, 1u);
+}
+
+// A chat's next turn holds the reply as the client sends it back, tokenized anew (here other
+// tokens than the 21 generated), and the template's end of turn and next header: that is what the
+// idle work prefills after the prompt, asked for once, so the whole of it is restored.
+TEST(AnswerPrefill, AChatsAnswerIsWhatItsNextTurnHoldsAfterThePrompt) {
+  for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
+    SCOPED_TRACE(kind == Kind::kDense ? "dense" : "hybrid");
+    FakeBackend b(kind);
+    auto c = Make(b, AnswerPrefill());
+    const auto prompt = Seq(1, 100);
+    const auto reply = Cat(Seq(7000, 18), Seq(9900, 5));  // retokenized reply, then the template's
+    int asked = 0;
+    RunTurn(*c, b, 0, prompt, Seq(5000, 21), {}, "", [&]() -> std::optional<std::vector<Token>> {
+      ++asked;
+      return Cat(prompt, reply);
+    });
+    EXPECT_EQ(asked, 0) << "asked in idle time, not when the job finishes";
+    EXPECT_EQ(Idle(*c, 8), 3);
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(b.kv(0), Cat(prompt, reply));
+    if (kind == Kind::kHybrid) {
+      EXPECT_EQ(b.recurrent(0), FakeBackend::Chain(Cat(prompt, reply)));
+    }
+    EXPECT_EQ(c->Stats().answer_prefill_tokens, 23u);
+    ExpectRestored(NextTurn(*c, b, 0, prompt, reply), 123u, "lane");
+    ExpectRestored(NextTurn(*c, b, 1, prompt, reply, 8000), 123u, "memory");
+    ExpectConsistent(*c);
+  }
+}
+
+TEST(AnswerPrefill, AChatAnswerIsDroppedWhereItsNextTurnDoesNotStartWithThePrompt) {
+  const auto prompt = Seq(1, 100), answer = Seq(5000, 21);
+  for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
+    SCOPED_TRACE(kind == Kind::kDense ? "dense" : "hybrid");
+    FakeBackend b(kind);
+    auto c = Make(b, AnswerPrefill());
+    // The template renders the prompt's last tokens otherwise once an answer follows them.
+    RunTurn(*c, b, 0, prompt, answer, {}, "", [&]() -> std::optional<std::vector<Token>> {
+      return Cat(Seq(1, 97), Seq(7000, 30));
+    });
+    const int before = b.prefills();
+    EXPECT_EQ(Idle(*c, 8), 1);
+    EXPECT_EQ(b.prefills(), before);
+    EXPECT_EQ(c->Stats().answers_dropped, 1u);
+    EXPECT_EQ(b.kv(0).size(), kind == Kind::kDense ? 100u : 121u) << "the lane holds what it held";
+  }
+  {
+    // Not known (nullopt): the generated tokens are the answer.
+    FakeBackend b(Kind::kDense);
+    auto c = Make(b, AnswerPrefill());
+    RunTurn(*c, b, 0, prompt, answer, {}, "", [] { return std::optional<std::vector<Token>>(); });
+    Idle(*c, 64);
+    EXPECT_EQ(b.kv(0), Cat(prompt, answer));
+  }
+  {
+    // Before it is asked, a job whose prompt extends the lane's is the next turn: it computes the
+    // reply itself and nothing waits for idle time.
+    FakeBackend b(Kind::kDense, /*lanes=*/1);
+    auto c = Make(b, AnswerPrefill());
+    bool asked = false;
+    RunTurn(*c, b, 0, prompt, answer, {}, "", [&]() -> std::optional<std::vector<Token>> {
+      asked = true;
+      return std::nullopt;
+    });
+    ExpectRestored(RunJob(*c, b, 0, Cat(prompt, Seq(7000, 40))), 100u, "lane");
+    EXPECT_FALSE(c->HasIdleWork());
+    EXPECT_FALSE(asked);
+    EXPECT_EQ(c->Stats().answers_dropped, 0u);
+  }
 }
 
 // A tier eviction that reaches an entry a lookup has pinned: the entry goes once the pin is

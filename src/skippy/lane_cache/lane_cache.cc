@@ -158,7 +158,7 @@ void LaneCache::AfterFirstToken(int32_t lane, const std::vector<float>& logits) 
   recorder_.Decoded(job.scope, job.prompt, job.classes, logits);
 }
 
-void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> generated) {
+void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> generated, NextTurnFn next_turn) {
   LaneJob& job = jobs_.at(static_cast<size_t>(lane));
   Held& held = held_[static_cast<size_t>(lane)];
   held = Held{};
@@ -201,6 +201,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
       held.answer_from = static_cast<size_t>(n);
       held.answer_at = finishes_ + 1;  // this Finish's
       held.answer_decoded = !dense;
+      held.next_turn = std::move(next_turn);
     }
   }
   if (keep) {
@@ -229,6 +230,10 @@ void LaneCache::LaneEvent(int32_t lane, const std::string& cache_namespace, std:
 
 bool LaneCache::Continues(const LaneJob& job, const Held& held) {
   if (job.scope.cache_namespace != held.cache_namespace) return false;
+  if (held.next_turn) {
+    return job.prompt.size() > held.tokens.size() &&
+           std::equal(held.tokens.begin(), held.tokens.end(), job.prompt.begin());
+  }
   const size_t n = held.tokens.size() + held.answer.size();
   return job.prompt.size() > n && std::equal(held.tokens.begin(), held.tokens.end(), job.prompt.begin()) &&
          std::equal(held.answer.begin(), held.answer.end(), job.prompt.begin() + static_cast<ptrdiff_t>(held.tokens.size()));
@@ -243,12 +248,24 @@ void LaneCache::Defer(Held&& held, int32_t lane) {
   d.answer.insert(d.answer.end(), held.answer.begin(), held.answer.end());
   d.lane = lane;
   d.at = held.answer_at;
+  d.next_turn = std::move(held.next_turn);
   deferred_.push_back(std::move(d));
   // The newest answers are the likeliest to be continued.
   while (deferred_.size() > kMaxDeferredPerLane * held_.size()) {
     deferred_.erase(OldestDeferred());
     ++counters_.answers_dropped;
   }
+}
+
+bool LaneCache::Predict(std::span<const Token> prompt, std::vector<Token>& answer, NextTurnFn& next_turn) const {
+  if (!next_turn) return true;
+  const std::optional<std::vector<Token>> next = next_turn();
+  next_turn = nullptr;
+  if (!next) return true;
+  const size_t n = prompt.size();
+  if (next->size() < n + MinBatch() || !std::equal(prompt.begin(), prompt.end(), next->begin())) return false;
+  answer.assign(next->begin() + static_cast<ptrdiff_t>(n), next->end());
+  return true;
 }
 
 std::deque<LaneCache::DeferredAnswer>::iterator LaneCache::OldestDeferred() {
@@ -295,6 +312,7 @@ Status LaneCache::Resume(DeferredAnswer& d) {
       if (lane < 0 || finished_at_[i] < finished_at_[static_cast<size_t>(lane)]) lane = static_cast<int32_t>(i);
     }
   }
+  if (!Predict(d.prompt, d.answer, d.next_turn)) return absl::NotFoundError("the next turn does not continue the prompt");
   const size_t n = d.prompt.size();
   cache::BatchClasses classes = cache::BatchClasses::Of(n, {}, MinBatch());
   SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(d.cache_namespace, d.prompt, classes));
@@ -352,6 +370,12 @@ void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
     held = Held{};
     ++counters_.answers_dropped;
   };
+  if (!Predict(held.tokens, held.answer, held.next_turn)) {
+    // A hybrid lane keeps its decoded rows, as without idle work.
+    held.answer.clear();
+    ++counters_.answers_dropped;
+    return;
+  }
   const auto n = static_cast<int32_t>(held.tokens.size());
   if (held.answer_decoded) {
     if (Status s = RewindToPrompt(lane, held); !s.ok()) {

@@ -38,6 +38,11 @@
 //        a queue (the newest kMaxDeferredPerLane per lane). Idle steps take the oldest answer
 //        first, wherever it is: a deferred one has its prompt's entry imported into the lane idle
 //        longest (one with no answer of its own if there is one) and goes on from there.
+//        A chat's answer is what its next turn is expected to hold after the prompt (NextTurnFn,
+//        asked in the answer's first idle step): the reply as the client sends it back, which
+//        may tokenize otherwise than the tokens generated, and the template's end of turn and next
+//        header; an answer whose next turn does not start with the prompt is dropped. Until then
+//        a job whose prompt extends the lane's counts as that next turn.
 //
 // Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
 // restored prefix serves a prompt only as far as its rows were computed in the same classes: a
@@ -62,6 +67,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,6 +89,12 @@
 #include "skippy/lane_cache/strategy.h"
 
 namespace skippy::lane_cache {
+
+// The tokens a conversation's next turn is expected to start with: for a chat, the prompt, the
+// answer as the client sends it back and the chat template's tokens before the next message
+// (runtime::NextTurnPrefix); nullopt when that is not known. Called at most once, on the engine
+// thread, in idle time.
+using NextTurnFn = std::function<std::optional<std::vector<Token>>()>;
 
 // What Begin tells the scheduler.
 struct JobStart {
@@ -112,8 +124,8 @@ class LaneCache {
   void AtBoundary(int32_t lane, size_t end);
   void AfterFirstToken(int32_t lane, const std::vector<float>& logits);
   // generated: the tokens decoded into the lane after the prompt, in order (not the last sampled
-  // one, which was never decoded).
-  void Finish(int32_t lane, bool completed, std::span<const Token> generated = {});
+  // one, which was never decoded). next_turn, for a chat: what the answer to prefill is instead.
+  void Finish(int32_t lane, bool completed, std::span<const Token> generated = {}, NextTurnFn next_turn = {});
 
   // Whether a lane has an answer to prefill (see above).
   bool HasIdleWork() const;
@@ -158,6 +170,7 @@ class LaneCache {
     size_t answer_from = 0;  // where the answer starts in tokens + answer (the prompt's length)
     uint64_t answer_at = 0;  // finishes_ when its job finished (oldest answers go first)
     bool answer_decoded = false;
+    NextTurnFn next_turn;  // not asked yet: `answer` is the generated tokens, none prefilled
   };
   // An answer whose lane another conversation took before it was prefilled: the prompt's entry is
   // imported into an idle lane for it later.
@@ -167,12 +180,16 @@ class LaneCache {
     std::vector<Token> answer;
     int32_t lane = 0;  // where it was generated
     uint64_t at = 0;   // Held::answer_at
+    NextTurnFn next_turn;
   };
   static constexpr size_t kMaxDeferredPerLane = 4;
   // Whether `job` is the exchange's next turn: its prompt holds the lane's tokens and the whole
   // answer, and more.
   static bool Continues(const LaneJob& job, const Held& held);
   void Defer(Held&& held, int32_t lane);
+  // Asks next_turn (once) for the tokens after `prompt` to prefill as its answer; false when the
+  // next turn does not start with the prompt or leaves less than a batch after it.
+  bool Predict(std::span<const Token> prompt, std::vector<Token>& answer, NextTurnFn& next_turn) const;
   // A deferred answer into a lane: its prompt's entry imported, the answer to prefill held.
   Status Resume(DeferredAnswer& d);
   LaneHeld Match(const Held& held, const LaneJob& job) const;

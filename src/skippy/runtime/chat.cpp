@@ -1,5 +1,6 @@
 #include "skippy/runtime/chat.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "common/chat.h"  // llama.cpp's Jinja engine (cmake/llama_common.cmake)
@@ -114,6 +115,24 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
     if (out.message_ends.empty() || out.message_ends.back() < part->size()) out.message_ends.push_back(part->size());
   }
   return out;
+}
+
+StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<ChatMessage> messages,
+                                            std::string reply) {
+  messages.push_back({"assistant", std::move(reply)});
+  // Two contents that part at their first character, and neither a space nor a newline, which
+  // some tokenizers join to the template's text before them.
+  std::vector<Token> parts[2];
+  const char* const probes[2] = {"x", "0"};
+  for (int i = 0; i < 2; ++i) {
+    messages.push_back({"user", probes[i]});
+    SKIPPY_ASSIGN_OR_RETURN(RenderedChat chat, RenderChat(model, messages, /*add_assistant_prompt=*/false, 0));
+    SKIPPY_ASSIGN_OR_RETURN(parts[i], model.Tokenize(chat.text, true, true));
+    messages.pop_back();
+  }
+  const auto [end, _] = std::mismatch(parts[0].begin(), parts[0].end(), parts[1].begin(), parts[1].end());
+  parts[0].erase(end, parts[0].end());
+  return std::move(parts[0]);
 }
 
 }  // namespace skippy::runtime

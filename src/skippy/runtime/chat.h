@@ -42,4 +42,14 @@ struct RenderedChat {
 [[nodiscard]] StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
                                                 bool add_assistant_prompt = true, size_t ends = 2);
 
+// The tokens a conversation's next request starts with when the client sends `reply` back as the
+// assistant's message and adds a user message: `messages`, the reply and a user message rendered
+// (RenderChat, no assistant header) and tokenized, up to where the user message's content begins
+// (where the tokens of two renderings with different contents part). The reply is the text the
+// client got, not the tokens generated: it may tokenize to other tokens, and the template may
+// render it or the earlier messages otherwise than the request's own prompt. Two renderings and
+// tokenizations of the whole conversation.
+[[nodiscard]] StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<ChatMessage> messages,
+                                                          std::string reply);
+
 }  // namespace skippy::runtime

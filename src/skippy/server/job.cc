@@ -40,6 +40,11 @@ Job::View Job::WaitFor(size_t have_tokens, std::chrono::milliseconds timeout) {
   return Snapshot();
 }
 
+std::string Job::text() const {
+  std::lock_guard lock(mu_);
+  return view_.text;
+}
+
 bool Job::WaitDone(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   return cv_.wait_for(lock, timeout, [&] { return view_.done; });

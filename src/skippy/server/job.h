@@ -72,6 +72,8 @@ class Job {
     std::string finish_reason;           // "stop" or "length"
     JobTimings timings;
   };
+  // The generated text so far (stop string removed).
+  std::string text() const;
   // Blocks until the job has more than `have_tokens` tokens or is done, or `timeout` passes.
   View WaitFor(size_t have_tokens, std::chrono::milliseconds timeout);
   View Wait();

@@ -9,9 +9,11 @@
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 #include "skippy/lane_cache/strategy.h"
+#include "skippy/runtime/chat.h"
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sampler.h"
 #include "skippy/server/cache_stats.h"
+#include "skippy/server/response.h"
 
 namespace skippy::server {
 
@@ -557,12 +559,24 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   }
 }
 
+lane_cache::NextTurnFn Scheduler::NextTurn(const Lane& lane) const {
+  if (!lane.job || lane.job->request().messages.empty() || options_.answer_prefill_idle_ms < 0) return nullptr;
+  return [&model = engine_->model(), messages = lane.job->request().messages,
+          text = lane.job->text()]() -> std::optional<std::vector<Token>> {
+    // The reply as the client got it: the response's JSON replaces invalid UTF-8.
+    const std::string reply = nlohmann::json::parse(Dump(nlohmann::json(text))).get<std::string>();
+    StatusOr<std::vector<Token>> next = runtime::NextTurnPrefix(model, messages, reply);
+    if (!next.ok()) return std::nullopt;
+    return *std::move(next);
+  };
+}
+
 void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiError> error) {
   Lane& lane = lanes_[id];
   // The lane keeps its prompt (and, where decode rows are in the prompt rows' class, the tokens
   // generated into it) for the next request when it was fully computed, or is cleared.
   const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
-  cache_->Finish(id, !error && n > 0 && lane.pos >= n, lane.decoded);
+  cache_->Finish(id, !error && n > 0 && lane.pos >= n, lane.decoded, NextTurn(lane));
   const Clock::time_point now = Clock::now();
   if (lane.prefill_done != Clock::time_point{}) {
     lane.timings.prompt_ms = MsBetween(lane.started, lane.prefill_done);

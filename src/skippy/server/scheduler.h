@@ -126,6 +126,9 @@ class Scheduler {
   // streams the token, finishes the lane when it is done, else keeps the token as next_token.
   void EmitToken(int32_t lane_id);
   void FinishLane(int32_t lane_id, std::string reason, std::optional<ApiError> error);
+  // For a chat job's answer prefill: its next turn's start, as the client will send it
+  // (runtime::NextTurnPrefix), computed when the lane cache asks; null otherwise.
+  lane_cache::NextTurnFn NextTurn(const Lane& lane) const;
 
   ServerOptions options_;
   Metrics& metrics_;
