@@ -38,11 +38,12 @@
 //        a queue (the newest kMaxDeferredPerLane per lane). Idle steps take the oldest answer
 //        first, wherever it is: a deferred one has its prompt's entry imported into the lane idle
 //        longest (one with no answer of its own if there is one) and goes on from there.
-//        A chat's answer is what its next turn is expected to hold after the prompt (NextTurnFn,
-//        asked in the answer's first idle step): the reply as the client sends it back, which
-//        may tokenize otherwise than the tokens generated, and the template's end of turn and next
-//        header; an answer whose next turn does not start with the prompt is dropped. Until then
-//        a job whose prompt extends the lane's counts as that next turn.
+//        Where the scheduler knows what the next turn will hold (NextTurnFn, asked in the
+//        answer's first idle step: the reply as the client sends it back, which may tokenize
+//        otherwise than the tokens generated, and for a chat the template's end of turn and next
+//        header), what follows the prompt there is the answer; one whose next turn does not start
+//        with the prompt is dropped. Until it is asked, a job whose prompt extends the lane's
+//        counts as that turn.
 //
 // Every batch of every prefill, cache on or off, follows the prompt's batch classes, and a
 // restored prefix serves a prompt only as far as its rows were computed in the same classes: a
@@ -90,10 +91,10 @@
 
 namespace skippy::lane_cache {
 
-// The tokens a conversation's next turn is expected to start with: for a chat, the prompt, the
-// answer as the client sends it back and the chat template's tokens before the next message
-// (runtime::NextTurnPrefix); nullopt when that is not known. Called at most once, on the engine
-// thread, in idle time.
+// The tokens a conversation's next turn is expected to start with: the prompt, the answer as the
+// client sends it back and, for a chat, the template's tokens before the next message
+// (runtime::NextTurnPrefix, NextTextPrefix); nullopt when that is not known. Called at most once,
+// on the engine thread, in idle time.
 using NextTurnFn = std::function<std::optional<std::vector<Token>>()>;
 
 // What Begin tells the scheduler.
@@ -124,7 +125,7 @@ class LaneCache {
   void AtBoundary(int32_t lane, size_t end);
   void AfterFirstToken(int32_t lane, const std::vector<float>& logits);
   // generated: the tokens decoded into the lane after the prompt, in order (not the last sampled
-  // one, which was never decoded). next_turn, for a chat: what the answer to prefill is instead.
+  // one, which was never decoded). next_turn: where the answer to prefill is known otherwise.
   void Finish(int32_t lane, bool completed, std::span<const Token> generated = {}, NextTurnFn next_turn = {});
 
   // Whether a lane has an answer to prefill (see above).

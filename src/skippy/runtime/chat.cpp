@@ -135,4 +135,19 @@ StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<Chat
   return std::move(parts[0]);
 }
 
+StatusOr<std::vector<Token>> NextTextPrefix(const Model& model, const std::string& text) {
+  std::vector<Token> common;
+  bool first = true;
+  for (const char* probe : {"\n", " ", "x"}) {
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> t, model.Tokenize(text + probe, true, true));
+    if (first) {
+      common = std::move(t);
+      first = false;
+      continue;
+    }
+    common.erase(std::mismatch(common.begin(), common.end(), t.begin(), t.end()).first, common.end());
+  }
+  return common;
+}
+
 }  // namespace skippy::runtime

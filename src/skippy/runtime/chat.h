@@ -52,4 +52,9 @@ struct RenderedChat {
 [[nodiscard]] StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<ChatMessage> messages,
                                                           std::string reply);
 
+// The same for a raw text prompt, whose next turn is the prompt, the reply and more text: the
+// tokens of `text` (prompt and reply) that stay the same whatever follows (where its
+// tokenizations followed by a newline, a space and a letter part). Three tokenizations of it.
+[[nodiscard]] StatusOr<std::vector<Token>> NextTextPrefix(const Model& model, const std::string& text);
+
 }  // namespace skippy::runtime

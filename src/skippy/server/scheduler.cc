@@ -560,12 +560,15 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
 }
 
 lane_cache::NextTurnFn Scheduler::NextTurn(const Lane& lane) const {
-  if (!lane.job || lane.job->request().messages.empty() || options_.answer_prefill_idle_ms < 0) return nullptr;
-  return [&model = engine_->model(), messages = lane.job->request().messages,
+  if (!lane.job || options_.answer_prefill_idle_ms < 0) return nullptr;
+  const GenerationRequest& r = lane.job->request();
+  if (r.messages.empty() && !r.prompt_text) return nullptr;  // token ids: the client sends tokens back
+  return [&model = engine_->model(), messages = r.messages, prompt = r.prompt_text.value_or(""),
           text = lane.job->text()]() -> std::optional<std::vector<Token>> {
     // The reply as the client got it: the response's JSON replaces invalid UTF-8.
     const std::string reply = nlohmann::json::parse(Dump(nlohmann::json(text))).get<std::string>();
-    StatusOr<std::vector<Token>> next = runtime::NextTurnPrefix(model, messages, reply);
+    StatusOr<std::vector<Token>> next =
+        messages.empty() ? runtime::NextTextPrefix(model, prompt + reply) : runtime::NextTurnPrefix(model, messages, reply);
     if (!next.ok()) return std::nullopt;
     return *std::move(next);
   };

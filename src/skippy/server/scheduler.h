@@ -126,8 +126,9 @@ class Scheduler {
   // streams the token, finishes the lane when it is done, else keeps the token as next_token.
   void EmitToken(int32_t lane_id);
   void FinishLane(int32_t lane_id, std::string reason, std::optional<ApiError> error);
-  // For a chat job's answer prefill: its next turn's start, as the client will send it
-  // (runtime::NextTurnPrefix), computed when the lane cache asks; null otherwise.
+  // For a job's answer prefill: its next turn's start as the client will send it, for a chat
+  // (runtime::NextTurnPrefix) or a text prompt (runtime::NextTextPrefix), worked out when the lane
+  // cache asks; null for a prompt of token ids.
   lane_cache::NextTurnFn NextTurn(const Lane& lane) const;
 
   ServerOptions options_;
