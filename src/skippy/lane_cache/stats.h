@@ -21,7 +21,7 @@ struct LaneCacheCounters {
   std::atomic<uint64_t> answer_prefill_tokens{0};  // answer tokens prefilled as prompt rows between jobs
   std::atomic<uint64_t> answers_dropped{0};     // answers never prefilled: the deferred queue was full, a
                                                 // Clear came, the prompt's entry was gone, a batch failed,
-                                                // a chat's next turn would not start with the prompt
+                                                // the next turn worked out would not start with the prompt
   std::atomic<uint64_t> record_skips{0};        // records not made (full, present, failed export)
   std::atomic<uint64_t> evictions{0};           // entries dropped for a cap
   std::atomic<uint64_t> stored_hits{0};         // restores imported from the payload tier

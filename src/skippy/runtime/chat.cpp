@@ -117,37 +117,41 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
   return out;
 }
 
+namespace {
+
+// The tokens every one of `texts` starts with, each tokenized as a prompt.
+StatusOr<std::vector<Token>> SharedTokens(const Model& model, const std::vector<std::string>& texts) {
+  std::vector<Token> shared;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> t, model.Tokenize(texts[i], true, true));
+    if (i == 0) {
+      shared = std::move(t);
+    } else {
+      shared.erase(std::mismatch(shared.begin(), shared.end(), t.begin(), t.end()).first, shared.end());
+    }
+  }
+  return shared;
+}
+
+}  // namespace
+
 StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<ChatMessage> messages,
                                             std::string reply) {
   messages.push_back({"assistant", std::move(reply)});
   // Two contents that part at their first character, and neither a space nor a newline, which
   // some tokenizers join to the template's text before them.
-  std::vector<Token> parts[2];
-  const char* const probes[2] = {"x", "0"};
-  for (int i = 0; i < 2; ++i) {
-    messages.push_back({"user", probes[i]});
+  std::vector<std::string> texts;
+  for (const char* probe : {"x", "0"}) {
+    messages.push_back({"user", probe});
     SKIPPY_ASSIGN_OR_RETURN(RenderedChat chat, RenderChat(model, messages, /*add_assistant_prompt=*/false, 0));
-    SKIPPY_ASSIGN_OR_RETURN(parts[i], model.Tokenize(chat.text, true, true));
+    texts.push_back(std::move(chat.text));
     messages.pop_back();
   }
-  const auto [end, _] = std::mismatch(parts[0].begin(), parts[0].end(), parts[1].begin(), parts[1].end());
-  parts[0].erase(end, parts[0].end());
-  return std::move(parts[0]);
+  return SharedTokens(model, texts);
 }
 
 StatusOr<std::vector<Token>> NextTextPrefix(const Model& model, const std::string& text) {
-  std::vector<Token> common;
-  bool first = true;
-  for (const char* probe : {"\n", " ", "x"}) {
-    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> t, model.Tokenize(text + probe, true, true));
-    if (first) {
-      common = std::move(t);
-      first = false;
-      continue;
-    }
-    common.erase(std::mismatch(common.begin(), common.end(), t.begin(), t.end()).first, common.end());
-  }
-  return common;
+  return SharedTokens(model, {text + "\n", text + " ", text + "x"});
 }
 
 }  // namespace skippy::runtime

@@ -559,8 +559,8 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   }
 }
 
-lane_cache::NextTurnFn Scheduler::NextTurn(const Lane& lane) const {
-  if (!lane.job || options_.answer_prefill_idle_ms < 0) return nullptr;
+lane_cache::NextTurnFn Scheduler::NextTurn(const Lane& lane, bool completed) const {
+  if (!completed || options_.answer_prefill_idle_ms < 0) return nullptr;
   const GenerationRequest& r = lane.job->request();
   if (r.messages.empty() && !r.prompt_text) return nullptr;  // token ids: the client sends tokens back
   return [&model = engine_->model(), messages = r.messages, prompt = r.prompt_text.value_or(""),
@@ -579,7 +579,8 @@ void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiErro
   // The lane keeps its prompt (and, where decode rows are in the prompt rows' class, the tokens
   // generated into it) for the next request when it was fully computed, or is cleared.
   const size_t n = lane.job ? lane.job->prompt().tokens.size() : 0;
-  cache_->Finish(id, !error && n > 0 && lane.pos >= n, lane.decoded, NextTurn(lane));
+  const bool completed = !error && n > 0 && lane.pos >= n;
+  cache_->Finish(id, completed, lane.decoded, NextTurn(lane, completed));
   const Clock::time_point now = Clock::now();
   if (lane.prefill_done != Clock::time_point{}) {
     lane.timings.prompt_ms = MsBetween(lane.started, lane.prefill_done);

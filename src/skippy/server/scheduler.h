@@ -126,10 +126,11 @@ class Scheduler {
   // streams the token, finishes the lane when it is done, else keeps the token as next_token.
   void EmitToken(int32_t lane_id);
   void FinishLane(int32_t lane_id, std::string reason, std::optional<ApiError> error);
-  // For a job's answer prefill: its next turn's start as the client will send it, for a chat
-  // (runtime::NextTurnPrefix) or a text prompt (runtime::NextTextPrefix), worked out when the lane
-  // cache asks; null for a prompt of token ids.
-  lane_cache::NextTurnFn NextTurn(const Lane& lane) const;
+  // For a completed job's answer prefill: its next turn's start as the client will send it, for
+  // a chat (runtime::NextTurnPrefix) or a text prompt (runtime::NextTextPrefix), worked out when
+  // the lane cache asks; null for a prompt of token ids (and for a job the lane does not keep, so
+  // nothing is copied for it).
+  lane_cache::NextTurnFn NextTurn(const Lane& lane, bool completed) const;
 
   ServerOptions options_;
   Metrics& metrics_;
