@@ -305,7 +305,8 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
 // one row of the batch, and a hybrid family's lanes step together too.
 void ExpectLanesStepExactly(const std::string& family) {
   SCOPED_TRACE(family);
-  const std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching"};
+  const std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching",
+                                           "--lane-groups", "all"};
   std::vector<std::string> off_flags = common;
   off_flags.push_back("--no-cache");
   auto off = ServerProcess::Start(family, off_flags, "lanes-off");
@@ -357,6 +358,36 @@ void ExpectLanesStepExactly(const std::string& family) {
 TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) { ExpectLanesStepExactly("llama"); }
 
 TEST(LaneBatching, HybridLanesStepTogetherExactly) { ExpectLanesStepExactly("qwen3next"); }
+
+// By default the decoding lanes step in the groups that measured cheapest at startup
+// (DecodeGroups): /cache/stats has a step cost per group size, and four requests at once get what
+// each got alone.
+TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
+  auto server = ServerProcess::Start("llama", {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching", "--no-cache"},
+                                     "lane-groups");
+  ASSERT_TRUE(server);
+  const json lanes = json::parse(server->Client()->Get("/cache/stats")->body)["lane_batching"];
+  EXPECT_EQ(lanes.value("groups", ""), "measured") << lanes.dump();
+  const json step_ms = lanes["step_cost"]["step_ms"];
+  ASSERT_EQ(step_ms.size(), 4u) << lanes.dump();
+  for (const json& ms : step_ms) EXPECT_GT(ms.get<double>(), 0) << lanes.dump();
+  auto ask = [&](int i) {
+    const json req = {{"prompt", Words(20 + i, 20 + 40 * i)}, {"n_predict", 32}, {"temperature", 0},
+                      {"ignore_eos", true}, {"n_probs", 2}};
+    auto [status, body] = PostJson(*server->Client(), "/completion", req);
+    EXPECT_EQ(status, 200) << body.dump();
+    return body["completion_probabilities"];
+  };
+  json alone[4], together[4];
+  for (int i = 0; i < 4; ++i) alone[i] = ask(i);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { together[i] = ask(i); });
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_FALSE(alone[i].is_null());
+    EXPECT_EQ(together[i], alone[i]) << "request " << i;
+  }
+}
 
 TEST(LaneBatching, OffUnlessAskedFor) {
   auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "lanes-default");

@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
                "decode the lanes' generated tokens in one batch; answers do not depend on the other lanes: every "
                "batch size is one class with the patch series' one-row class (a lone decode step costs more), a pad "
                "row per lane without it (proved at startup; default: one lane at a time)");
+  std::string lane_groups = "measured";
+  app.add_option("--lane-groups", lane_groups,
+                 "with --lane-batching, which decoding lanes step together: measured (the split whose steps, of "
+                 "k lanes each, measured cheapest at startup) or all (every decoding lane in one step)")
+      ->capture_default_str()->check(CLI::IsMember({"measured", "all"}));
   bool one_row_class = false;
   app.add_flag("--one-row-class", one_row_class,
                "compute a lone row (a decode step) in the batch kernels' class too (the patch series' one-row "
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   o.cache_enabled = !no_cache;
+  o.lane_groups_measured = lane_groups == "measured";
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
   // Lanes that decode together need a lone row in the class of any batch, or a pad row each.
   if (one_row_class && stock_kernels) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "skippy/certify/lane_batching.h"
+#include "skippy/server/decode_groups.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 #include "skippy/lane_cache/strategy.h"
@@ -215,6 +216,17 @@ void Scheduler::DecideLaneBatching() {
     lane_batching_json_["check"] = check->ToJson();
     if (!check->pass) no_batching = "the lane-batching check failed: a lane's logits depend on the lanes beside it";
   }
+  if (no_batching.empty() && options_.lane_groups_measured) {
+    // Which lanes step together is free (every split is exact): split by what steps cost here.
+    if (auto costs = MeasureDecodeSteps(*engine_); costs.ok()) {
+      decode_step_ms_ = costs->step_ms;
+      lane_batching_json_["step_cost"] = costs->ToJson();
+    } else {
+      std::fprintf(stderr, "skippy-server: the decode-step measure could not run (%s); all decoding lanes step together\n",
+                   std::string(costs.status().message()).c_str());
+    }
+  }
+  if (no_batching.empty()) lane_batching_json_["groups"] = decode_step_ms_.empty() ? "all" : "measured";
   lane_batching_ = no_batching.empty();
   lane_batching_json_["on"] = lane_batching_;
   lane_batching_json_["one_row_class"] = runtime::OneRowClass();
@@ -373,7 +385,7 @@ void Scheduler::Loop() {
         stepped[static_cast<size_t>(id)] = 1;
       }
     }
-    if (!decoding.empty()) GenerateTogether(decoding);
+    for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
   }
 }
 

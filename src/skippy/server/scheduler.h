@@ -10,11 +10,13 @@
 // chunk) and decoded at the lane's next step, so a first token does not wait for the other lanes
 // once its prefill is done. The price is paid by lanes already decoding: a job that starts
 // between two of their tokens puts its restore and first chunk there. A prefill chunk is
-// always a batch of its own lane. The generated tokens of all lanes that are decoding go into one
-// llama_decode (Engine::DecodeStep, a pad row per lane) when the model and build pass
-// certify::CheckLaneBatching at load and --lane-batching asks for it, one lane at a time otherwise
-// (the default, one lane, recurrent and hybrid models); either way a lane's numbers do not depend
-// on what else runs.
+// always a batch of its own lane. The generated tokens of the lanes that are decoding go into
+// llama_decode calls of several lanes (Engine::DecodeStep: one row per lane in the one-row class,
+// a token and a pad row per lane without it) when the model and build pass
+// certify::CheckLaneBatching at load and --lane-batching asks for it, in the groups that the steps
+// measured at load make cheapest (DecodeGroups); one lane at a time otherwise (the default, one
+// lane, recurrent and hybrid models without the one-row class). Either way a lane's numbers do not
+// depend on what else runs.
 //
 // Idle work. Once no job has run or waited for answer_prefill_idle_ms, the engine thread runs the
 // lane cache's idle work one batch at a time (LaneCache::IdleStep: a finished job's answer
@@ -120,7 +122,8 @@ class Scheduler {
   void PrefillChunk(int32_t lane_id);
   // Decodes the lane's next_token and emits the token after it.
   void Generate(int32_t lane_id);
-  // Generate for every lane in `lane_ids` (all in Phase::kGenerate) with one Engine::DecodeStep.
+  // Generate for every lane in `lane_ids` (all in Phase::kGenerate) with one Engine::DecodeStep (a
+  // group of DecodeGroups).
   void GenerateTogether(std::span<const int32_t> lane_ids);
   // Runs when the lane's logits are new (last prefill chunk, decoded-result hit, decode): samples,
   // streams the token, finishes the lane when it is done, else keeps the token as next_token.
@@ -146,6 +149,7 @@ class Scheduler {
   bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
+  std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

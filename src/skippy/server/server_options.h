@@ -26,6 +26,9 @@ struct ServerOptions {
   // (an older patched build), a pad row per lane, attention-only models. Off by default: a lone
   // lane's decode costs more per token either way (docs/evidence/one-row-class/).
   bool lane_batching = false;
+  // --lane-groups: with lane batching, how the decoding lanes of a round are split into steps:
+  // "measured" (by what a step of k lanes cost at load, DecodeGroups) or "all" (one step).
+  bool lane_groups_measured = true;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
