@@ -66,6 +66,7 @@ struct BatchSplitArgs {
   int threads = 2;
   uint32_t batch_size = 512;
   size_t min_batch = 0;  // 0: runtime::MinExactBatch
+  int n_gpu_layers = 0;
   std::string report_out;
 };
 
@@ -80,6 +81,7 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   eo.context.swa_full = true;
   eo.lane_count = 1;
   eo.cache_seq_count = 0;
+  eo.n_gpu_layers = a.n_gpu_layers;
   auto engine = skippy::runtime::Engine::Open(eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "skippy-correctness: %s\n", engine.status().ToString().c_str());
@@ -98,6 +100,7 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   report["flash_attn"] = a.flash_attn == "on";
   report["threads"] = a.threads;
   report["batch_size"] = a.batch_size;
+  report["n_gpu_layers"] = a.n_gpu_layers;
   report["rule_min_batch"] = (*engine)->MinExactBatch();
   report["batch_invariant"] = skippy::runtime::BatchInvariant();
   report["one_row_class"] = skippy::runtime::OneRowClass();
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
   bsc->add_option("--threads", bs.threads, "CPU threads")->capture_default_str();
   bsc->add_option("--batch-size", bs.batch_size, "n_batch = n_ubatch")->capture_default_str();
   bsc->add_option("--min-batch", bs.min_batch, "smallest batch a cut uses (default: the runtime's rule, 64 on / 2 off)");
+  bsc->add_option("--n-gpu-layers", bs.n_gpu_layers, "layers to offload (a GPU build of llama.cpp)")->capture_default_str();
   bsc->add_option("--report-out", bs.report_out, "write the JSON report here (default: stdout)");
   int32_t layer_end = -1, state_layer_start = -1, state_layer_end = -1, state_stage_index = -1;
   sh->add_option("--layer-end", layer_end, "stage layer end (whole model only)");
