@@ -12,8 +12,9 @@ nlohmann::json DecodeStepCosts::ToJson() const { return {{"step_ms", step_ms}, {
 
 namespace {
 
+constexpr size_t kContext = 32;  // tokens each lane holds before its first measured step
+
 StatusOr<DecodeStepCosts> Measure(runtime::Engine& engine, size_t max_rows, size_t rounds) {
-  constexpr size_t kContext = 32;
   SKIPPY_ASSIGN_OR_RETURN(std::vector<runtime::Token> tokens,
                           certify::BenchmarkTokens(engine.model(), "Decode step cost: lanes stepping together.", kContext));
   std::vector<int32_t> pos(max_rows, static_cast<int32_t>(kContext));
@@ -46,7 +47,7 @@ StatusOr<DecodeStepCosts> MeasureDecodeSteps(runtime::Engine& engine, size_t max
   max_rows = std::min<size_t>(max_rows, engine.options().lane_count);
   if (max_rows == 0 || rounds == 0) return absl::InvalidArgumentError("nothing to measure");
   // Each lane holds the context and one cell per measured step (two with a pad row).
-  if (static_cast<size_t>(engine.LaneCapacity()) < 32 + 2 * rounds * max_rows + 8) {
+  if (static_cast<size_t>(engine.LaneCapacity()) < kContext + 2 * rounds * max_rows + 8) {
     return absl::FailedPreconditionError("the lanes are too small for the measure");
   }
   for (size_t lane = 0; lane < max_rows; ++lane) SKIPPY_RETURN_IF_ERROR(engine.Clear(static_cast<int32_t>(lane)));

@@ -6,7 +6,6 @@
 #include <random>
 
 #include "skippy/certify/lane_batching.h"
-#include "skippy/server/decode_groups.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/common/strings.h"
 #include "skippy/lane_cache/strategy.h"
@@ -14,6 +13,7 @@
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sampler.h"
 #include "skippy/server/cache_stats.h"
+#include "skippy/server/decode_groups.h"
 #include "skippy/server/response.h"
 
 namespace skippy::server {
