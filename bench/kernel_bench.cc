@@ -8,6 +8,10 @@
 //   Prefill   a cold prefill of TOKENS tokens in batches of 512 (one lane, cleared first), the
 //             last batch with an output row
 //   Decode    32 greedy one-token decodes after a 256-token prefix (not timed), ms per token
+//   Q6KColumns/N  no model: the patch series' Q6_K column kernel (ggml_vec_dot_q6_K_q8_K_cols,
+//             x86 AVX2) against N one-row calls, over 65,536 x 1,024 random Q6_K weights (54 MB,
+//             past this machine's caches) on one thread; it first checks that every column has
+//             the one-row bits
 // Each repetition runs both kernel sets back to back (alternating which goes first) and reports
 // stock_ms, invariant_ms and their ratio; the median ratio over repetitions is the cost.
 //
@@ -25,6 +29,12 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
+
+#include <cstring>
+#include <random>
+
+#include "ggml.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/runtime/llama_backend.h"
 
@@ -126,8 +136,78 @@ void Decode(benchmark::State& state) {
   });
 }
 
+// The Q6_K column kernel: N one-row dot products per weight row against one call for N columns.
+void Q6KColumns(benchmark::State& state) {
+  using DotFn = void (*)(int, float*, size_t, const void*, size_t, const void*, size_t, int);
+  using ColsFn = void (*)(int, float*, size_t, const void*, const void* const*, int);
+  using QuantizeFn = void (*)(const float*, void*, int64_t);
+  skippy::runtime::EnsureLlamaBackend();
+  const auto one_row = reinterpret_cast<DotFn>(dlsym(RTLD_DEFAULT, "ggml_vec_dot_q6_K_q8_K"));
+  const auto cols = reinterpret_cast<ColsFn>(dlsym(RTLD_DEFAULT, "ggml_vec_dot_q6_K_q8_K_cols"));
+  const auto quantize_q8_K = reinterpret_cast<QuantizeFn>(dlsym(RTLD_DEFAULT, "quantize_row_q8_K"));
+  if (one_row == nullptr || cols == nullptr || quantize_q8_K == nullptr) {
+    state.SkipWithError("no Q6_K column kernel in this build (the patch series, x86 AVX2)");
+    return;
+  }
+  constexpr int kN = 1024, kRows = 65536, kChunk = 4096, kMaxCols = 8;
+  const int ncols = static_cast<int>(state.range(0));
+  const size_t w_row = ggml_row_size(GGML_TYPE_Q6_K, kN), a_row = ggml_row_size(GGML_TYPE_Q8_K, kN);
+  static std::vector<uint8_t> wq, aq;
+  if (wq.empty()) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> f(static_cast<size_t>(kN) * kChunk);
+    wq.resize(w_row * kRows);
+    for (int r = 0; r < kRows; r += kChunk) {
+      for (float& v : f) v = normal(rng);
+      ggml_quantize_chunk(GGML_TYPE_Q6_K, f.data(), wq.data() + r * w_row, 0, kChunk, kN, nullptr);
+    }
+    aq.resize(a_row * kMaxCols);
+    for (int c = 0; c < kMaxCols; ++c) quantize_q8_K(f.data() + static_cast<size_t>(c) * kN, aq.data() + c * a_row, kN);
+  }
+  const void* columns[kMaxCols];
+  for (int c = 0; c < kMaxCols; ++c) columns[c] = aq.data() + c * a_row;
+
+  for (int r = 0; r < kRows; r += 97) {
+    float want = 0, got[kMaxCols];
+    cols(kN, got, 1, wq.data() + r * w_row, columns, ncols);
+    for (int c = 0; c < ncols; ++c) {
+      one_row(kN, &want, 0, wq.data() + r * w_row, 0, columns[c], 0, 1);
+      if (std::memcmp(&want, &got[c], sizeof(float)) != 0) {
+        state.SkipWithError("a column's result differs from the one-row function's");
+        return;
+      }
+    }
+  }
+
+  static int calls = 0;
+  double ms[2] = {0, 0};  // N one-row calls per weight row; one call for N columns
+  float sink = 0, out[kMaxCols];
+  for (auto _ : state) {
+    const bool calls_first = (calls++ % 2) == 0;
+    for (bool one_row_calls : {calls_first, !calls_first}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < kRows; ++r) {
+        const void* w = wq.data() + r * w_row;
+        if (one_row_calls) {
+          for (int c = 0; c < ncols; ++c) one_row(kN, &out[c], 0, w, 0, columns[c], 0, 1);
+        } else {
+          cols(kN, out, 1, w, columns, ncols);
+        }
+        sink += out[0];
+      }
+      ms[one_row_calls ? 0 : 1] = Ms(std::chrono::steady_clock::now() - t0);
+    }
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["one_row_calls_ms"] = ms[0];
+  state.counters["columns_ms"] = ms[1];
+  state.counters["speedup"] = ms[0] / ms[1];
+}
+
 BENCHMARK(Prefill)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(Decode)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Q6KColumns)->DenseRange(1, 8)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
