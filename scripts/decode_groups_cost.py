@@ -16,11 +16,11 @@ its output parser, after the tokens: those count, and the errors are listed.
 Writes one JSON line per server run to OUT.jsonl and prints the medians per mode and client count,
 with skippy-server's measured step costs.
 """
-import json, statistics, sys, threading, time, urllib.error, urllib.request
+import json, statistics, sys, urllib.error, urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import get, start, stop  # noqa: E402
+from serverproc import at_once, get, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 model, out_path = sys.argv[1], sys.argv[2]
@@ -72,13 +72,7 @@ def burst(clients, tag):
         except urllib.error.HTTPError as e:  # counted as no tokens
             errors.append(e.read().decode(errors="replace")[:300])
 
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.monotonic() - t0
+    wall = at_once(clients, one)
     tokens = sum(n for n in out if n)
     return {"clients": clients, "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "errors": errors}
 

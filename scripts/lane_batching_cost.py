@@ -12,9 +12,9 @@ the per-token decode time (predicted_ms / 63) alone and of the four-client burst
 lane on a build without it; Engine::DecodeStep), so the lone-client number is the price and the
 four-client one the gain.
 """
-import json, statistics, sys, threading, time
+import json, statistics, sys
 
-from serverproc import get, post, start, stop
+from serverproc import at_once, get, post, start, stop
 
 model = sys.argv[1]
 repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -30,13 +30,7 @@ def burst(clients, tag):
         out[i] = post(port, "/completion", {"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0,
                                             "ignore_eos": True})
 
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.monotonic() - t0, [r["timings"]["predicted_ms"] for r in out]
+    return at_once(clients, one), [r["timings"]["predicted_ms"] for r in out]
 
 
 def run(batching, rep):

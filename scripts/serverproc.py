@@ -1,6 +1,6 @@
 """Helpers the measurement scripts share: their common arguments, start a server process and wait
-for /health, POST JSON."""
-import argparse, json, subprocess, time, urllib.request
+for /health, POST JSON, run clients at once."""
+import argparse, json, subprocess, threading, time, urllib.request
 from pathlib import Path
 
 
@@ -50,3 +50,15 @@ def post(port, path, body, timeout=600):
 def stop(proc):
     proc.terminate()
     proc.wait()
+
+
+def at_once(clients, one):
+    """Calls one(i) for i in range(clients), each on its own thread, all started together; returns
+    the wall seconds until the last returns."""
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0
