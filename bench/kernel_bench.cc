@@ -19,20 +19,18 @@
 // (and sizes its work buffer) at every compute, so each decode runs wholly on one kernel set.
 // Skippy itself sets the mode once, before its first context.
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <dlfcn.h>
-
-#include <cstring>
-#include <random>
 
 #include "ggml.h"
 #include "skippy/runtime/engine.h"
