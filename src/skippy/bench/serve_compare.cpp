@@ -352,18 +352,34 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
             continue;
           }
           std::vector<StreamRun> results(sweep_w.requests.size());
+          std::vector<std::pair<int, double>> sent(sweep_w.requests.size());  // client, ms after t0
           std::atomic<size_t> next{0};
           const auto t0 = SteadyClock::now();
           std::vector<std::thread> clients;
           for (int t = 0; t < c; ++t) {
-            clients.emplace_back([&] {
+            clients.emplace_back([&, t] {
               for (size_t i; (i = next.fetch_add(1)) < sweep_w.requests.size();) {
+                sent[i] = {t, MsSince(t0)};
                 results[i] = srv->StreamComplete(sweep_w.requests[i].prompt, sweep_w.requests[i].n_predict);
               }
             });
           }
           for (auto& th : clients) th.join();
           level["summary"] = Summarize(results, MsSince(t0) / 1000.0, o.ttft_slo_ms);
+          // Each request's timeline, to tell waiting from computing: the server's own split of the
+          // time (queue_ms, restore_ms, prompt_ms where it reports them) beside the client's.
+          json reqs = json::array();
+          for (size_t i = 0; i < results.size(); ++i) {
+            const StreamRun& r = results[i];
+            json t = json::object();
+            for (const char* k : {"cache_n", "prompt_n", "queue_ms", "restore_ms", "prompt_ms"}) {
+              if (r.timings.contains(k)) t[k] = r.timings[k];
+            }
+            reqs.push_back({{"stream", sweep_w.requests[i].stream}, {"client", sent[i].first}, {"sent_ms", sent[i].second},
+                            {"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"e2e_ms", r.total_ms}, {"tokens", r.tokens},
+                            {"timings", t}, {"error", r.error}});
+          }
+          level["requests"] = std::move(reqs);
           level["summary"]["peak_rss_bytes"] = srv->PeakRssBytes();
           level["status"] = "ok";
           srv->Stop();

@@ -14,6 +14,7 @@
 #include "skippy/runtime/sampler.h"
 #include "skippy/server/cache_stats.h"
 #include "skippy/server/decode_groups.h"
+#include "skippy/server/prefill_order.h"
 #include "skippy/server/response.h"
 
 namespace skippy::server {
@@ -321,6 +322,7 @@ std::vector<int32_t> Scheduler::AdmitLocked() {
     }
     if (queue_.empty()) break;
     lanes_[i] = Lane{};
+    lanes_[i].admitted = admissions_++;
     lanes_[i].job = std::move(queue_.front());
     queue_.pop_front();
     ++busy_;
@@ -362,17 +364,16 @@ void Scheduler::Loop() {
       AdmitLocked();
     }
     for (const Control& c : controls) c.done->set_value(cache_->Clear(c.tenant_namespace));
+    if (lane_batching_) {
+      StepTogether();
+      continue;
+    }
     // One round: every busy lane steps once. A job that arrives during the round and finds a free
     // lane starts at once (its restore and first chunk, and its first token when that is all it
     // needs) instead of waiting for the round to end.
     std::vector<char> stepped(lanes_.size(), 0);
-    std::vector<int32_t> decoding;
     for (size_t i = 0; i < lanes_.size(); ++i) {
       if (!lanes_[i].job || stepped[i]) continue;
-      if (lane_batching_ && lanes_[i].phase == Phase::kGenerate) {
-        decoding.push_back(static_cast<int32_t>(i));
-        continue;
-      }
       Step(static_cast<int32_t>(i));
       stepped[i] = 1;
       std::vector<int32_t> admitted;
@@ -385,8 +386,38 @@ void Scheduler::Loop() {
         stepped[static_cast<size_t>(id)] = 1;
       }
     }
-    for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
   }
+}
+
+void Scheduler::StepTogether() {
+  const size_t n = lanes_.size();
+  // Admitted jobs restore first, so that every prefill left is known (an exact repeat answers here).
+  for (size_t i = 0; i < n; ++i) {
+    if (lanes_[i].job && lanes_[i].phase == Phase::kStart && !FinishIfCancelled(static_cast<int32_t>(i))) {
+      StartJob(static_cast<int32_t>(i));
+    }
+  }
+  // One prefill chunk, chosen by NextPrefill.
+  std::vector<PrefillCandidate> candidates;
+  std::vector<size_t> prefilling;
+  for (size_t i = 0; i < n; ++i) {
+    const Lane& l = lanes_[i];
+    // A lane waiting for its turn is freed as soon as its client goes away.
+    if (!l.job || l.phase != Phase::kPrefill || FinishIfCancelled(static_cast<int32_t>(i))) continue;
+    candidates.push_back({l.chunk_ends.size() - l.next_chunk, l.admitted, l.passed_over});
+    prefilling.push_back(i);
+  }
+  if (const std::optional<size_t> pick = NextPrefill(candidates, 2 * n)) {
+    for (size_t i : prefilling) ++lanes_[i].passed_over;
+    lanes_[prefilling[*pick]].passed_over = 0;
+    Step(static_cast<int32_t>(prefilling[*pick]));
+  }
+  // Then one token for every decoding lane, the lane that has just sampled its first token too.
+  std::vector<int32_t> decoding;
+  for (size_t i = 0; i < n; ++i) {
+    if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate) decoding.push_back(static_cast<int32_t>(i));
+  }
+  for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
 }
 
 bool Scheduler::FinishIfCancelled(int32_t id) {
@@ -529,11 +560,6 @@ void Scheduler::EmitToken(int32_t id) {
 }
 
 void Scheduler::Generate(int32_t id) {
-  // Every generated token of a lane-batching server goes through DecodeStep, alone or not.
-  if (lane_batching_) {
-    GenerateTogether(std::span(&id, 1));
-    return;
-  }
   Lane& lane = lanes_[id];
   auto logits = engine_->Decode(id, std::span(&lane.next_token, 1), static_cast<int32_t>(lane.pos));
   if (!logits.ok()) {

@@ -1,22 +1,32 @@
 // Scheduler: owns the Engine on one engine thread and runs requests on its lanes.
 //
 // Threads. HTTP handler threads build a Job (parsed, tokenized, validated) and Submit it; the
-// engine thread is the only thread that touches the Engine and the LaneCache. It admits queued
-// jobs into free lanes at the start of each round and after each lane's step within it (a job
-// that finds a free lane starts after the step in progress), and round-robins the busy lanes one
-// step at a time: a step is one prefill chunk or one generated token, and a new job's first step
-// is its restore and first chunk (all of the prompt that a hit leaves, as a rule). A token is
-// sampled and streamed as soon as its logits exist (the first one right after the last prefill
-// chunk) and decoded at the lane's next step, so a first token does not wait for the other lanes
-// once its prefill is done. The price is paid by lanes already decoding: a job that starts
-// between two of their tokens puts its restore and first chunk there. A prefill chunk is
-// always a batch of its own lane. The generated tokens of the lanes that are decoding go into
-// llama_decode calls of several lanes (Engine::DecodeStep: one row per lane in the one-row class,
-// a token and a pad row per lane without it) when the model and build pass
-// certify::CheckLaneBatching at load and --lane-batching asks for it, in the groups that the steps
-// measured at load make cheapest (DecodeGroups); one lane at a time otherwise (the default, one
-// lane, recurrent and hybrid models without the one-row class). Either way a lane's numbers do not
-// depend on what else runs.
+// engine thread is the only thread that touches the Engine and the LaneCache. A step is one
+// prefill chunk or one generated token of a lane; a new job starts with its restore, and its
+// first chunk is all of the prompt that a hit leaves, as a rule. A token is sampled and streamed
+// as soon as its logits exist (the first one right after the last prefill chunk) and decoded at
+// the lane's next step, so a first token does not wait for the other lanes once its prefill is
+// done. A prefill chunk is always a batch of its own lane.
+//
+// One lane at a time (the default; also one lane, and recurrent and hybrid models without the
+// one-row class): the engine thread admits queued jobs into free lanes at the start of each round
+// and after each lane's step within it (a job that finds a free lane starts after the step in
+// progress), and round-robins the busy lanes one step at a time, a new job's restore and first
+// chunk being one step. The price of a quick start is paid by lanes already decoding: a job that
+// starts between two of their tokens puts its restore and first chunk there.
+//
+// Lanes together (--lane-batching, when the model and build pass certify::CheckLaneBatching at
+// load): the generated tokens of the decoding lanes go into llama_decode calls of several lanes
+// (Engine::DecodeStep: one row per lane in the one-row class, a token and a pad row per lane
+// without it), in the groups that the steps measured at load make cheapest (DecodeGroups).
+// Each turn of the engine thread admits queued jobs and restores them, runs one prefill chunk
+// (the lane's with the fewest chunks left: NextPrefill), then steps every decoding lane once:
+// decode tokens are never held back by more than one chunk, as in chunked-prefill schedulers.
+// Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
+// and their clients come back apart too; prefilling them all before the next decode step kept a
+// burst of clients in lockstep, every one waiting for the others' prefills at every request.
+//
+// Either way a lane's numbers do not depend on what else runs.
 //
 // Idle work. Once no job has run or waited for answer_prefill_idle_ms, the engine thread runs the
 // lane cache's idle work one batch at a time (LaneCache::IdleStep: a finished job's answer
@@ -104,6 +114,8 @@ class Scheduler {
     int64_t generated = 0;
     runtime::Token next_token = 0;  // streamed, decoded at the next step (Phase::kGenerate)
     std::vector<runtime::Token> decoded;  // generated tokens decoded into the lane, in order
+    uint64_t admitted = 0;   // admission order (PrefillCandidate)
+    size_t passed_over = 0;  // chunks given to other lanes since this lane's last (PrefillCandidate)
   };
 
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
@@ -113,6 +125,10 @@ class Scheduler {
   // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
   std::string CertifyLearnedFamily();
   void Loop();
+  // With lane_batching_: restores every admitted job, runs one prefill chunk (NextPrefill, a lane
+  // overdue after 2 * lane_count chunks of others), then one token for every decoding lane in
+  // DecodeGroups.
+  void StepTogether();
   // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
   std::vector<int32_t> AdmitLocked();
   void Step(int32_t lane_id);
@@ -162,6 +178,7 @@ class Scheduler {
   };
   std::deque<Control> controls_ ABSL_GUARDED_BY(mu_);
   std::vector<Lane> lanes_;  // engine thread only
+  uint64_t admissions_ = 0;  // jobs admitted so far (engine thread only)
   Clock::time_point idle_since_;  // when a lane last finished (engine thread only)
   std::thread thread_;
 };
