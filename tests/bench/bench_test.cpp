@@ -312,10 +312,36 @@ TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
     }
   }
   ASSERT_EQ((*doc)["concurrency_sweep"].size(), 2u);
-  for (const json& l : (*doc)["concurrency_sweep"]) EXPECT_EQ(l["status"], "ok") << l.dump();
+  for (const json& l : (*doc)["concurrency_sweep"]) {
+    EXPECT_EQ(l["status"], "ok") << l.dump();
+    // Each request's timeline: which of the two clients sent it, when, and the server's timings.
+    ASSERT_EQ(l["requests"].size(), l["summary"]["requests"].get<size_t>()) << l.dump();
+    for (const json& r : l["requests"]) {
+      EXPECT_TRUE(r["ok"].get<bool>()) << r.dump();
+      EXPECT_GE(r["client"].get<int>(), 0);
+      EXPECT_LT(r["client"].get<int>(), 2);
+      EXPECT_GE(r["sent_ms"].get<double>(), 0.0);
+      EXPECT_GE(r["e2e_ms"].get<double>(), r["ttft_ms"].get<double>());
+      EXPECT_TRUE(r["timings"].contains("cache_n")) << r.dump();
+    }
+  }
   std::ifstream in(fs::path(o.output_dir) / "serve-compare.json");
   EXPECT_EQ(json::parse(in)["runs"].size(), (*doc)["runs"].size());
   EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "serve-compare.md"));
+}
+
+// A model file that is not there (a format spelt in lower case, say) fails before any server
+// starts, and says what it looked for.
+TEST_F(BenchTest, ServeCompareChecksEveryModelFirst) {
+  bench::ServeCompareOptions o;
+  o.output_dir = (dir_ / "sc-missing").string();
+  o.cases = {"llama", "gemma3"};
+  o.zoo_dir = SKIPPY_TEST_ZOO_DIR;
+  o.zoo_format = "q4_k_m";
+  auto doc = bench::RunServeCompare(o);
+  ASSERT_EQ(doc.status().code(), absl::StatusCode::kNotFound) << doc.status();
+  EXPECT_NE(doc.status().message().find("llama.q4_k_m.gguf"), std::string::npos) << doc.status();
+  EXPECT_FALSE(fs::exists(fs::path(o.output_dir) / "serve-compare.json"));
 }
 
 // The fleet benchmark end to end on the tiny zoo: both fleets answer every request, every Skippy

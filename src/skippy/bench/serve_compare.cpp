@@ -309,7 +309,21 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
     workloads.push_back(std::move(w));
   }
   for (const std::string& s : o.servers) SKIPPY_RETURN_IF_ERROR(ServerOptions(o, s, "", "").status());
-  for (const std::string& key : o.cases) SKIPPY_RETURN_IF_ERROR(zoo::FindFamily(key).status());
+  // Each case's model, checked before anything runs: a misspelt format must not cost a sweep.
+  std::map<std::string, std::string> models;
+  for (const std::string& key : o.cases) {
+    SKIPPY_ASSIGN_OR_RETURN(const zoo::FamilySpec* family, zoo::FindFamily(key));
+    std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", zoo::ZooFileName(*family, o.zoo_format))
+                                            : StrCat(o.model_dir, "/", key, ".gguf");
+    if (!fs::is_regular_file(model)) {
+      return absl::NotFoundError(StrCat(
+          "no model file ", model,
+          o.model_dir.empty() ? " (zoo formats are spelt as llama-quantize's types, e.g. F16, Q8_0, Q4_K_M, or ref; "
+                                "skippy-zoo --format writes them)"
+                              : ""));
+    }
+    models[key] = std::move(model);
+  }
   const fs::path out(o.output_dir);
   std::error_code ec;
   fs::create_directories(out / "work", ec);
@@ -327,11 +341,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
     std::ofstream(out / "serve-compare.md") << Markdown(doc);
   };
   for (const std::string& key : o.cases) {
-    std::string model = StrCat(o.model_dir, "/", key, ".gguf");
-    if (o.model_dir.empty()) {
-      SKIPPY_ASSIGN_OR_RETURN(const zoo::FamilySpec* family, zoo::FindFamily(key));
-      model = StrCat(o.zoo_dir, "/", zoo::ZooFileName(*family, o.zoo_format));
-    }
+    const std::string& model = models[key];
     if (!o.concurrency_sweep.empty()) {
       SKIPPY_ASSIGN_OR_RETURN(Workload sweep_w, MakeWorkload("interleaved-prefixes", o.workload));
       for (int c : o.concurrency_sweep) {
