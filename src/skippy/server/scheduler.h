@@ -21,7 +21,8 @@
 // without it), in the groups that the steps measured at load make cheapest (DecodeGroups).
 // Each turn of the engine thread admits queued jobs and restores them, runs one prefill chunk
 // (the lane's with the fewest chunks left: NextPrefill), then steps every decoding lane once:
-// decode tokens are never held back by more than one chunk, as in chunked-prefill schedulers.
+// between two decode steps there is one chunk (plus the turn's restores, cache clears and
+// record exports), as in chunked-prefill schedulers.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
