@@ -165,6 +165,9 @@ int main(int argc, char** argv) {
   cmp->add_flag("--render-only", sc_render_only, "rewrite serve-compare.md from the JSON in --output-dir; run nothing");
   std::string sc_sweep;
   cmp->add_option("--concurrency-sweep", sc_sweep, "comma-separated client counts, e.g. 1,2,4,8");
+  cmp->add_option("--sweep-workload", sc.sweep_workload, "the workload the clients of the sweep send")
+      ->capture_default_str()
+      ->check(CLI::IsMember(skippy::bench::WorkloadNames()));
 
   skippy::bench::FleetOptions fl;
   fl.skippy_server_bin = sc.skippy_server_bin;

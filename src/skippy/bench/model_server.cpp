@@ -141,6 +141,7 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
       json j = json::parse(event.substr(6), nullptr, false);
       if (j.is_discarded()) continue;
       if (j.contains("timings") && j["timings"].is_object()) run.timings = j["timings"];
+      if (j.contains("skippy") && j["skippy"].is_object()) run.skippy = j["skippy"];
       if (j.contains("error")) run.error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
       if (j.value("stop", false)) {
         run.tokens_predicted = j.value("tokens_predicted", -1);

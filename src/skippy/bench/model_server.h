@@ -57,6 +57,7 @@ struct StreamRun {
   bool ok = false;
   std::string content;
   nlohmann::json timings = nlohmann::json::object();  // from the final event, when sent
+  nlohmann::json skippy = nlohmann::json::object();   // skippy-server's own block of the final event
   double ttft_ms = 0;        // request sent -> first token event
   double total_ms = 0;
   int tokens = 0;

@@ -189,7 +189,8 @@ std::string Markdown(const json& doc) {
   md += RestartTable(doc);
   for (const auto& c : doc.value("charts", json::array())) md += StrCat("\n![", c.get<std::string>(), "](", c.get<std::string>(), ")\n");
   if (!doc["concurrency_sweep"].empty()) {
-    md += StrCat("\n## Concurrency sweep (interleaved-prefixes; lanes = slots = clients; TTFT SLO ",
+    const json& first = doc["concurrency_sweep"].front();
+    md += StrCat("\n## Concurrency sweep (", first.value("workload", "interleaved-prefixes"), "; lanes = slots = clients; TTFT SLO ",
                  doc["settings"].value("ttft_slo_ms", 0.0), " ms)\n\n"
                  "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | throughput rps | goodput rps | SLO attainment |\n"
                  "|---|---:|---|---:|---:|---:|---:|---:|\n");
@@ -343,7 +344,12 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
   for (const std::string& key : o.cases) {
     const std::string& model = models[key];
     if (!o.concurrency_sweep.empty()) {
-      SKIPPY_ASSIGN_OR_RETURN(Workload sweep_w, MakeWorkload("interleaved-prefixes", o.workload));
+      SKIPPY_ASSIGN_OR_RETURN(Workload sweep_w, MakeWorkload(o.sweep_workload, o.workload));
+      // The sweep's clients send prompts as they are: no server restarts, no replies sent back.
+      if (std::any_of(sweep_w.requests.begin(), sweep_w.requests.end(),
+                      [](const WorkloadRequest& r) { return r.restart_before || r.after_reply; })) {
+        return absl::InvalidArgumentError(StrCat("the ", o.sweep_workload, " workload cannot be a concurrency sweep's"));
+      }
       for (int c : o.concurrency_sweep) {
         if (c < 1 || c > 16) return absl::InvalidArgumentError(StrCat("concurrency level ", c, " outside [1, 16]"));
         for (const std::string& server : o.servers) {
@@ -382,8 +388,11 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           for (size_t i = 0; i < results.size(); ++i) {
             const StreamRun& r = results[i];
             json t = json::object();
-            for (const char* k : {"cache_n", "prompt_n", "queue_ms", "restore_ms", "prompt_ms"}) {
+            for (const char* k : {"cache_n", "prompt_n", "prompt_ms"}) {
               if (r.timings.contains(k)) t[k] = r.timings[k];
+            }
+            for (const char* k : {"queue_ms", "prefix_wait_ms", "restore_ms"}) {
+              if (r.skippy.contains(k)) t[k] = r.skippy[k];
             }
             reqs.push_back({{"stream", sweep_w.requests[i].stream}, {"client", sent[i].first}, {"sent_ms", sent[i].second},
                             {"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"e2e_ms", r.total_ms}, {"tokens", r.tokens},

@@ -46,8 +46,9 @@ struct ServeCompareOptions {
   std::string zoo_dir;
   std::string zoo_format = "F16";  // weight format of the zoo models (skippy-zoo --format; ref: each family's)
   // Concurrency sweep: for each level c, every server runs with c lanes/slots and c clients send
-  // the interleaved-prefixes workload concurrently. Empty = no sweep.
+  // sweep_workload (interleaved-prefixes by default) concurrently. Empty = no sweep.
   std::vector<int> concurrency_sweep;
+  std::string sweep_workload = "interleaved-prefixes";
   int server_startup_timeout_secs = 120;
   int request_timeout_secs = 300;
 };
