@@ -232,6 +232,50 @@ TEST(Hybrid, WhereACutIsDearTheGridGivesWayAndTheNamedRecordsStay) {
   EXPECT_EQ(RunJob(*dear, dear_backend, 1, Cat(Seq(1, 100), Seq(700, 30)), {100, 130}).start.restored, 100u);
 }
 
+// RecordAlso: a job waiting to restore a prefix another lane is prefilling gets a record where the
+// prefix ends, added to the plan mid-prefill (the batches already run stay; the rest is cut again
+// there), for the exact-boundary families; a dense family's prompt-end record already serves it.
+TEST(RecordAlso, AWaitingJobRestoresThePrefixEndAddedMidPrefill) {
+  for (Kind kind : {Kind::kHybrid, Kind::kSlidingWindow, Kind::kDense}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    FakeBackend b(kind);
+    LaneCacheOptions o;
+    o.prefill_chunk = 64;
+    auto c = Make(b, o);
+    const auto prompt = Seq(1, 300);
+    const JobStart start = c->Begin(0, "", prompt, {});
+    ASSERT_EQ(start.restored, 0u);
+    std::vector<size_t> ends = start.chunk_ends;
+    size_t pos = 0;
+    auto prefill_to = [&](size_t end) {
+      b.Append(0, std::span(prompt).subspan(pos, end - pos));
+      pos = end;
+      if (end < prompt.size()) c->AtBoundary(0, end);
+    };
+    prefill_to(ends[0]);
+    EXPECT_FALSE(c->RecordAlso(0, pos, pos)) << "already prefilled";
+    const std::optional<std::vector<size_t>> changed = c->RecordAlso(0, 150, pos);
+    if (kind == Kind::kDense) {
+      EXPECT_FALSE(changed) << "the prompt end serves every prefix";
+    } else {
+      ASSERT_TRUE(changed);
+      EXPECT_EQ(changed->front(), ends[0]) << "a batch already run was planned again";
+      EXPECT_TRUE(std::binary_search(changed->begin(), changed->end(), size_t{150}));
+      EXPECT_EQ(changed->back(), prompt.size());
+      EXPECT_FALSE(c->RecordAlso(0, 150, pos)) << "a record is added once";
+      ends = *changed;
+    }
+    for (size_t i = 1; i < ends.size(); ++i) prefill_to(ends[i]);
+    c->AfterFirstToken(0, LogitsOf(prompt));
+    const Token generated = 999;
+    b.Append(0, std::span(&generated, 1));
+    c->Finish(0, true);
+    // Another lane restores the 150 tokens the two prompts share.
+    EXPECT_EQ(RunJob(*c, b, 1, Cat(Seq(1, 150), Seq(900, 30))).start.restored, 150u);
+    ExpectConsistent(*c);
+  }
+}
+
 TEST(Recurrent, EntriesExistOnlyAtRecordedBoundaries) {
   FakeBackend b(Kind::kRecurrent);
   auto c = Make(b);

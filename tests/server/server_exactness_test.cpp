@@ -714,6 +714,58 @@ TEST(BranchPoint, ALaneCutAtABranchIsRecorded) {
   EXPECT_EQ(ask(2), doc.size()) << "the third question should restore the document from the recorded cut";
 }
 
+// A burst of requests sharing a long prefix, sent at once to a cold server: one lane prefills the
+// prefix, the others wait for its first token and restore the prefix (scheduler SharedPrefill rule),
+// instead of each prefilling it again, taking turns one lane at a time or with --lane-batching, for
+// a dense family and a hybrid one (whose lane in flight adds a record where the prefix ends,
+// LaneCache::RecordAlso). Every answer's tokens and log-probabilities equal a --no-cache server's.
+void ExpectABurstPrefillsASharedPrefixOnce(const std::string& family, const std::vector<std::string>& flags) {
+  SCOPED_TRACE(family);
+  std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "3", "--prefill-chunk", "32",
+                                     "--cache-record-stride", "64", "--cache-grid-budget", "0"};
+  common.insert(common.end(), flags.begin(), flags.end());
+  std::vector<std::string> off_flags = common;
+  off_flags.push_back("--no-cache");
+  auto on = ServerProcess::Start(family, common, family + "-burst-on");
+  auto off = ServerProcess::Start(family, off_flags, family + "-burst-off");
+  ASSERT_TRUE(on && off);
+  auto waits = [&] { return json::parse(on->Client()->Get("/cache/stats")->body).value("shared_prefill_waits", 0); };
+  size_t waited = 0;
+  for (int attempt = 0; attempt < 5 && waits() == 0; ++attempt) {
+    // A new prefix each attempt, so the burst finds nothing cached.
+    const std::vector<int> prefix = TokenRun(1 + 1000 * attempt, 640);
+    std::vector<std::vector<int>> prompts;
+    for (int q = 0; q < 3; ++q) {
+      prompts.push_back(prefix);
+      for (int t : TokenRun(300 + 37 * q + 1000 * attempt, 20)) prompts.back().push_back(t);
+    }
+    json got[3];
+    std::vector<std::thread> burst;
+    for (int q = 0; q < 3; ++q) burst.emplace_back([&, q] { got[q] = AskTokens(*on, prompts[q], 8); });
+    for (std::thread& t : burst) t.join();
+    for (int q = 0; q < 3; ++q) {
+      const json ref = AskTokens(*off, prompts[q], 8);
+      EXPECT_EQ(got[q]["tokens"], ref["tokens"]) << "request " << q;
+      EXPECT_EQ(got[q]["completion_probabilities"], ref["completion_probabilities"]) << "request " << q;
+      if (got[q]["skippy"].value("prefix_wait_ms", 0.0) > 0) {
+        ++waited;
+        EXPECT_EQ(got[q]["timings"].value("cache_n", size_t{0}), prefix.size())
+            << "waited, then did not restore the shared prefix: " << got[q]["skippy"].dump();
+      }
+    }
+  }
+  EXPECT_GT(waits(), 0) << "no request of a burst waited for another's prefill";
+  EXPECT_GT(waited, 0u);
+}
+
+TEST(SharedPrefill, ABurstPrefillsASharedPrefixOnce) { ExpectABurstPrefillsASharedPrefixOnce("llama", {}); }
+
+TEST(SharedPrefill, ABurstPrefillsASharedPrefixOnceWithLanesTogether) {
+  ExpectABurstPrefillsASharedPrefixOnce("llama", {"--lane-batching"});
+}
+
+TEST(SharedPrefill, AHybridBurstPrefillsASharedPrefixOnce) { ExpectABurstPrefillsASharedPrefixOnce("qwen3next", {}); }
+
 // --exact-min-batch is only a claim: the startup batch-split check proves it or the cache is off.
 // With flash attention on over the stock kernels, 2-row batches take another kernel path than
 // 64-row ones (tests/runtime BatchSplitCheck), so this server must refuse the cache and still serve.

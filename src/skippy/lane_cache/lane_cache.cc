@@ -149,6 +149,39 @@ void LaneCache::AtBoundary(int32_t lane, size_t end) {
   strategy_->AtBoundary(lane, job, end);
 }
 
+std::optional<std::vector<size_t>> LaneCache::RecordAlso(int32_t lane, size_t tokens, size_t pos) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  const size_t n = job.prompt.size();
+  if (!job.active || !job.records || !strategy_->plans_boundaries() || tokens <= pos || tokens >= n ||
+      tokens < MinBatch()) {
+    return std::nullopt;
+  }
+  const std::vector<size_t>& rb = job.plan.record_boundaries;
+  const std::vector<size_t>& ends = job.plan.chunk_ends;
+  if (std::binary_search(rb.begin(), rb.end(), tokens)) return std::nullopt;
+  // pos is the restored prefix or a batch end of the plan, where the rest may be cut again.
+  if (pos != 0 && !job.classes.CanStartAt(pos)) return std::nullopt;
+  std::vector<size_t> stops;
+  for (size_t b : rb) {
+    if (b > pos && b < n) stops.push_back(b);
+  }
+  stops.insert(std::upper_bound(stops.begin(), stops.end(), tokens), tokens);
+  cache::BatchClasses::Cuts cuts = job.classes.Cut(pos, stops, policy_.prefill_chunk);
+  if (!std::binary_search(cuts.stops.begin(), cuts.stops.end(), tokens)) return std::nullopt;
+  PrefillPlan plan;
+  for (size_t e : ends) {
+    if (e <= pos) plan.chunk_ends.push_back(e);
+  }
+  plan.chunk_ends.insert(plan.chunk_ends.end(), cuts.batch_ends.begin(), cuts.batch_ends.end());
+  for (size_t b : rb) {
+    if (b <= pos) plan.record_boundaries.push_back(b);
+  }
+  plan.record_boundaries.insert(plan.record_boundaries.end(), cuts.stops.begin(), cuts.stops.end());
+  if (!rb.empty() && rb.back() == n) plan.record_boundaries.push_back(n);
+  job.plan = std::move(plan);
+  return job.plan.chunk_ends;
+}
+
 void LaneCache::AfterFirstToken(int32_t lane, const std::vector<float>& logits) {
   LaneJob& job = jobs_.at(static_cast<size_t>(lane));
   if (!job.prompt_end_pending) return;

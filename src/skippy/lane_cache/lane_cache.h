@@ -10,6 +10,10 @@
 //        idle (Finish was called for its last job, or it never had one).
 //   AtBoundary(lane, end)       after each prefill batch that ends before the prompt does: the
 //                               records planned there (exact-boundary families).
+//   RecordAlso(lane, tokens, pos)
+//        while the lane prefills (pos: the tokens in it now), for another job that waits to restore
+//        the lane's first `tokens` tokens: an exact-boundary family adds a record there (the rest
+//        of the prefill is cut again); others already record the prompt end, which serves it.
 //   AfterFirstToken(lane, logits)
 //        once the first generated token is out and the lane still holds exactly the prompt: the
 //        prompt-end records and the decoded result, off the time to first token. Calls after the
@@ -123,6 +127,10 @@ class LaneCache {
   JobStart Begin(int32_t lane, const std::string& tenant_namespace, std::span<const Token> prompt,
                  std::span<const size_t> message_ends);
   void AtBoundary(int32_t lane, size_t end);
+  // The lane's new chunk ends (the ones up to pos unchanged) when the record was added; nullopt
+  // when nothing changed: not an exact-boundary family, not pos < tokens < the prompt's length,
+  // already a record, or too close to another batch end to cut there.
+  std::optional<std::vector<size_t>> RecordAlso(int32_t lane, size_t tokens, size_t pos);
   void AfterFirstToken(int32_t lane, const std::vector<float>& logits);
   // generated: the tokens decoded into the lane after the prompt, in order (not the last sampled
   // one, which was never decoded). next_turn: where the answer to prefill is known otherwise.

@@ -29,6 +29,7 @@ struct JobTimings {
   size_t predicted_n = 0;
   double predicted_ms = 0;
   double queue_ms = 0;      // arrival to lane start
+  double prefix_wait_ms = 0;  // part of queue_ms spent in a lane, waiting for another lane's prefill of a shared prefix
   double ttft_ms = 0;       // arrival to the first generated token (server side)
   double restore_ms = 0;    // the cache lookup and restore (import, lane cut), part of prompt_ms
   double record_ms = 0;     // records taken during prefill (before the first token), part of prompt_ms

@@ -1,5 +1,7 @@
 #include "skippy/server/prefill_order.h"
 
+#include <algorithm>
+
 namespace skippy::server {
 
 std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, size_t overdue) {
@@ -12,6 +14,24 @@ std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, 
   std::optional<size_t> pick;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!pick || before(candidates[i], candidates[*pick])) pick = i;
+  }
+  return pick;
+}
+
+std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,
+                                                    std::span<const InFlightPrefill> in_flight, size_t min_shared) {
+  std::optional<SharedPrefill> pick;
+  for (size_t i = 0; i < in_flight.size(); ++i) {
+    const InFlightPrefill& f = in_flight[i];
+    if (f.tenant_namespace != tenant_namespace || f.pos >= f.prompt.size()) continue;
+    const size_t shared =
+        static_cast<size_t>(std::mismatch(prompt.begin(), prompt.end(), f.prompt.begin(), f.prompt.end()).first - prompt.begin());
+    // What the job would restore now: at most what the prefill in flight found.
+    const size_t now = std::min(shared, f.restored);
+    if (shared < now + min_shared || shared <= now) continue;
+    const size_t left = f.prompt.size() - f.pos;
+    if (left > (prompt.size() - now) + (shared - now)) continue;
+    if (!pick || shared > pick->shared) pick = SharedPrefill{i, shared};
   }
   return pick;
 }

@@ -1,5 +1,6 @@
 // Prefill order: which lane's prefill chunk runs next when lanes decode together
-// (--lane-batching, Scheduler::StepTogether runs one chunk between two steps of the decoding lanes).
+// (--lane-batching, Scheduler::StepTogether runs one chunk between two steps of the decoding lanes),
+// and whether a job waits, before its restore, for another lane to compute a prefix they share.
 //
 // Rule: the lane with the fewest chunks left goes first, the first admitted of equals; a lane that
 // has been passed over `overdue` times in a row goes before the others (the first admitted of
@@ -9,13 +10,28 @@
 // order they came in, so clients that come back apart stay apart. Passed over: a long prompt is
 // not starved by a stream of short ones.
 //
-// Thread-safety: a pure function.
+// Shared prefill: jobs that arrive together with a prefix in common (one system prompt, one
+// document, the same prompt retried) all miss, since nothing is recorded until a lane has computed
+// the prefix, and each would prefill it again. A job about to begin waits instead for a lane that
+// is computing that prefix, and restores it once that lane's first token is out (its prompt-end
+// record, or the exact-boundary records along its prompt; an exact repeat gets the decoded result).
+// Rule: the job waits for a prefill in flight, in its namespace, that will record at least
+// `min_shared` tokens of the job's prompt beyond what that prefill itself restored (the gain), and
+// has no more tokens left to prefill than the job would prefill without it plus the gain. That
+// bound is where waiting lowers the sum of the two jobs' times to first token, whether the lanes
+// take turns (the job's prefill would be slowed by as many of the other's tokens) or the other
+// would go first anyway (fewest chunks left), and total prefill work drops by the gain either way.
+// A prefill in flight never waits, so the waits cannot form a cycle, and each ends when that
+// lane's first token is out (or its job ends).
+//
+// Thread-safety: pure functions.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 namespace skippy::server {
 
@@ -27,5 +43,23 @@ struct PrefillCandidate {
 
 // The index in `candidates` of the lane whose chunk runs next; nullopt when there is none.
 std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, size_t overdue);
+
+// A job whose prefill is under way: begun (restored), its first token not out yet.
+struct InFlightPrefill {
+  std::span<const int32_t> prompt;
+  std::string_view tenant_namespace;
+  size_t restored = 0;  // prompt tokens its restore gave it
+  size_t pos = 0;       // prompt tokens in its lane now
+};
+
+struct SharedPrefill {
+  size_t index = 0;   // in in_flight
+  size_t shared = 0;  // prompt tokens the two have in common
+};
+
+// The prefill that a job with `prompt` in `tenant_namespace` waits for (the rule above; the one
+// that shares the most of its prompt), or nullopt: the job begins now.
+std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,
+                                                    std::span<const InFlightPrefill> in_flight, size_t min_shared);
 
 }  // namespace skippy::server

@@ -78,6 +78,7 @@ json SkippyJson(const JobTimings& t) {
           {"cache_miss_reason", t.cache_miss_reason},
           {"decoded_result_hit", t.decoded_result_hit},
           {"queue_ms", t.queue_ms},
+          {"prefix_wait_ms", t.prefix_wait_ms},
           {"ttft_ms", t.ttft_ms},
           {"restore_ms", t.restore_ms},
           {"record_ms", t.record_ms}};

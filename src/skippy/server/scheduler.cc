@@ -279,6 +279,7 @@ nlohmann::json Scheduler::CacheStats() const {
   if (!learned_json_.is_null()) j["learned_family"] = learned_json_;
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
+  j["shared_prefill_waits"] = shared_prefill_waits_.load();
   return j;
 }
 
@@ -391,11 +392,16 @@ void Scheduler::Loop() {
 
 void Scheduler::StepTogether() {
   const size_t n = lanes_.size();
-  // Admitted jobs restore first, so that every prefill left is known (an exact repeat answers here).
+  // Admitted jobs restore first, in the order they came, so that every prefill left is known (an
+  // exact repeat answers here), unless one waits for a prefix that another lane is computing.
+  std::vector<size_t> starting;
   for (size_t i = 0; i < n; ++i) {
-    if (lanes_[i].job && lanes_[i].phase == Phase::kStart && !FinishIfCancelled(static_cast<int32_t>(i))) {
-      StartJob(static_cast<int32_t>(i));
-    }
+    if (lanes_[i].job && lanes_[i].phase == Phase::kStart) starting.push_back(i);
+  }
+  std::sort(starting.begin(), starting.end(), [&](size_t a, size_t b) { return lanes_[a].admitted < lanes_[b].admitted; });
+  for (size_t i : starting) {
+    const auto id = static_cast<int32_t>(i);
+    if (!FinishIfCancelled(id) && !WaitsForSharedPrefill(id)) StartJob(id);
   }
   // One prefill chunk, chosen by NextPrefill.
   std::vector<PrefillCandidate> candidates;
@@ -432,6 +438,7 @@ void Scheduler::Step(int32_t id) {
   Lane& lane = lanes_[id];
   switch (lane.phase) {
     case Phase::kStart:
+      if (WaitsForSharedPrefill(id)) break;
       StartJob(id);
       // The restore and the first chunk are one step: a new job does not wait a round to start.
       if (lane.job && lane.phase == Phase::kPrefill) PrefillChunk(id);
@@ -441,11 +448,44 @@ void Scheduler::Step(int32_t id) {
   }
 }
 
+bool Scheduler::WaitsForSharedPrefill(int32_t id) {
+  Lane& lane = lanes_[id];
+  if (!cache_->strategy().serves()) return false;
+  std::vector<InFlightPrefill> in_flight;
+  std::vector<int32_t> in_flight_lanes;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    const Lane& l = lanes_[i];
+    if (!l.job || l.phase != Phase::kPrefill) continue;
+    in_flight.push_back({l.job->prompt().tokens, l.job->tenant_namespace(), l.timings.cache_n, l.pos});
+    in_flight_lanes.push_back(static_cast<int32_t>(i));
+  }
+  const Job& job = *lane.job;
+  const std::vector<runtime::Token>& prompt = job.prompt().tokens;
+  const std::optional<SharedPrefill> wait =
+      SharedPrefillToWaitFor(prompt, job.tenant_namespace(), in_flight, kMinSharedPrefill);
+  if (!wait) return false;
+  if (lane.waiting_since == Clock::time_point{}) {
+    lane.waiting_since = Clock::now();
+    shared_prefill_waits_.fetch_add(1);
+  }
+  // An exact-boundary family records the shared prefix where it ends (leaving this job a batch to
+  // prefill), not only at its planned boundaries.
+  Lane& other = lanes_[in_flight_lanes[wait->index]];
+  const size_t at = std::min(wait->shared, prompt.size() - std::min(prompt.size(), cache_->MinBatch()));
+  if (std::optional<std::vector<size_t>> ends = cache_->RecordAlso(in_flight_lanes[wait->index], at, other.pos)) {
+    other.chunk_ends = std::move(*ends);
+    other.next_chunk = 0;
+    while (other.next_chunk < other.chunk_ends.size() && other.chunk_ends[other.next_chunk] <= other.pos) ++other.next_chunk;
+  }
+  return true;
+}
+
 void Scheduler::StartJob(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   lane.started = Clock::now();
   lane.timings.queue_ms = MsBetween(job.arrival(), lane.started);
+  if (lane.waiting_since != Clock::time_point{}) lane.timings.prefix_wait_ms = MsBetween(lane.waiting_since, lane.started);
   const std::vector<Token>& prompt = job.prompt().tokens;
 
   runtime::SamplingParams sp = job.request().sampling;

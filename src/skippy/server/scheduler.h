@@ -116,6 +116,7 @@ class Scheduler {
     runtime::Token next_token = 0;  // streamed, decoded at the next step (Phase::kGenerate)
     std::vector<runtime::Token> decoded;  // generated tokens decoded into the lane, in order
     uint64_t admitted = 0;   // admission order (PrefillCandidate)
+    Clock::time_point waiting_since;  // when it began to wait for a shared prefill (zero: never)
     size_t passed_over = 0;  // chunks given to other lanes since this lane's last (PrefillCandidate)
   };
 
@@ -135,6 +136,9 @@ class Scheduler {
   void Step(int32_t lane_id);
   // Frees the lane with a 499 when its client went away; returns whether it did.
   bool FinishIfCancelled(int32_t lane_id);
+  // Whether the lane's job, not begun, waits for another lane's prefill of a prefix they share
+  // (SharedPrefillToWaitFor, with the cache serving); counts the job's first wait.
+  bool WaitsForSharedPrefill(int32_t lane_id);
   void StartJob(int32_t lane_id);
   void PrefillChunk(int32_t lane_id);
   // Decodes the lane's next_token and emits the token after it.
@@ -166,6 +170,9 @@ class Scheduler {
   bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
+  std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
+  // A job waits for another lane's prefill only when that saves it at least this many tokens.
+  static constexpr size_t kMinSharedPrefill = 64;
   std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
 
   mutable std::mutex mu_;
