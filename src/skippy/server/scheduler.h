@@ -29,6 +29,12 @@
 //
 // Either way a lane's numbers do not depend on what else runs.
 //
+// Shared prefill. Either way, a job about to begin waits in its lane while another lane's
+// prefill computes a prefix they share (SharedPrefillToWaitFor: only where that lowers the two
+// jobs' summed times to first token), and begins once that lane's first token is out, restoring the
+// prefix it recorded (an exact-boundary family records where the shared prefix ends:
+// LaneCache::RecordAlso). So a burst that shares a system prompt or a document prefills it once.
+//
 // Idle work. Once no job has run or waited for answer_prefill_idle_ms, the engine thread runs the
 // lane cache's idle work one batch at a time (LaneCache::IdleStep: a finished job's answer
 // prefilled as prompt rows), checking for new jobs between batches, so a job that arrives then
