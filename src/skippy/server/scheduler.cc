@@ -469,9 +469,11 @@ bool Scheduler::WaitsForSharedPrefill(int32_t id) {
     shared_prefill_waits_.fetch_add(1);
   }
   // An exact-boundary family records the shared prefix where it ends (leaving this job a batch to
-  // prefill), not only at its planned boundaries.
+  // prefill), not only at its planned boundaries. A job that holds the other's whole prompt
+  // restores its prompt-end record (an exact repeat, its decoded result) and needs no more.
   Lane& other = lanes_[in_flight_lanes[wait->index]];
   const size_t at = std::min(wait->shared, prompt.size() - std::min(prompt.size(), cache_->MinBatch()));
+  if (wait->shared == other.job->prompt().tokens.size()) return true;
   if (std::optional<std::vector<size_t>> ends = cache_->RecordAlso(in_flight_lanes[wait->index], at, other.pos)) {
     other.chunk_ends = std::move(*ends);
     other.next_chunk = 0;
