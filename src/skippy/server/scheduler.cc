@@ -474,10 +474,9 @@ bool Scheduler::WaitsForSharedPrefill(int32_t id) {
   Lane& other = lanes_[in_flight_lanes[wait->index]];
   const size_t at = std::min(wait->shared, prompt.size() - std::min(prompt.size(), cache_->MinBatch()));
   if (wait->shared == other.job->prompt().tokens.size()) return true;
+  // The chunk ends up to other.pos stay as they were, so next_chunk still points past them.
   if (std::optional<std::vector<size_t>> ends = cache_->RecordAlso(in_flight_lanes[wait->index], at, other.pos)) {
     other.chunk_ends = std::move(*ends);
-    other.next_chunk = 0;
-    while (other.next_chunk < other.chunk_ends.size() && other.chunk_ends[other.next_chunk] <= other.pos) ++other.next_chunk;
   }
   return true;
 }
