@@ -235,45 +235,106 @@ TEST(Hybrid, WhereACutIsDearTheGridGivesWayAndTheNamedRecordsStay) {
 // RecordAlso: a job waiting to restore a prefix another lane is prefilling gets a record where the
 // prefix ends, added to the plan mid-prefill (the batches already run stay; the rest is cut again
 // there), for the exact-boundary families; a dense family's prompt-end record already serves it.
+// RecordsWithin tells beforehand what the waiting job will restore. Smallest batches of 2 and 16.
 TEST(RecordAlso, AWaitingJobRestoresThePrefixEndAddedMidPrefill) {
-  for (Kind kind : {Kind::kHybrid, Kind::kSlidingWindow, Kind::kDense}) {
+  for (size_t min_batch : {size_t{2}, size_t{16}}) {
+    for (Kind kind : {Kind::kHybrid, Kind::kSlidingWindow, Kind::kDense}) {
+      SCOPED_TRACE(::testing::Message() << "kind " << static_cast<int>(kind) << ", min batch " << min_batch);
+      FakeBackend b(kind, 2, min_batch);
+      LaneCacheOptions o;
+      o.prefill_chunk = 64;
+      auto c = Make(b, o);
+      const auto prompt = Seq(1, 300);  // records planned at 144 and 208 among others
+      const JobStart start = c->Begin(0, "", prompt, {});
+      ASSERT_EQ(start.restored, 0u);
+      std::vector<size_t> ends = start.chunk_ends;
+      size_t pos = 0;
+      auto prefill_to = [&](size_t end) {
+        // Through the backend's Prefill: every batch at least the smallest exact batch.
+        ASSERT_TRUE(b.Prefill(0, std::span(prompt).subspan(pos, end - pos), static_cast<int32_t>(pos)).ok());
+        pos = end;
+        if (end < prompt.size()) c->AtBoundary(0, end);
+      };
+      prefill_to(ends[0]);
+      EXPECT_FALSE(c->RecordAlso(0, pos, pos)) << "already prefilled";
+      const LaneCache::SharedRecords before = c->RecordsWithin(0, 170, pos);
+      EXPECT_EQ(before.later, 170u) << "what the waiting job will restore";
+      EXPECT_LE(before.now, pos);
+      if (kind == Kind::kHybrid) {
+        EXPECT_EQ(before.now, 0u) << "a hybrid's boundaries become entries at the prompt end";
+      }
+      const std::optional<std::vector<size_t>> changed = c->RecordAlso(0, 170, pos);
+      if (kind == Kind::kDense) {
+        EXPECT_FALSE(changed) << "the prompt end serves every prefix";
+      } else {
+        ASSERT_TRUE(changed);
+        EXPECT_EQ(changed->front(), ends[0]) << "a batch already run was planned again";
+        EXPECT_TRUE(std::binary_search(changed->begin(), changed->end(), size_t{170}));
+        EXPECT_EQ(changed->back(), prompt.size());
+        EXPECT_FALSE(c->RecordAlso(0, 170, pos)) << "a record is added once";
+        // One row past a planned record: both cannot be batch ends, and the planned one stays.
+        EXPECT_FALSE(c->RecordAlso(0, 171, pos));
+        EXPECT_EQ(c->RecordsWithin(0, 171, pos).later, 170u);
+        ends = *changed;
+      }
+      for (size_t i = 1; i < ends.size(); ++i) prefill_to(ends[i]);
+      if (kind == Kind::kSlidingWindow) {
+        EXPECT_EQ(c->RecordsWithin(0, 170, pos).now, 170u) << "recorded at its boundary, before the first token";
+      }
+      c->AfterFirstToken(0, LogitsOf(prompt));
+      const Token generated = 999;
+      b.Append(0, std::span(&generated, 1));
+      c->Finish(0, true);
+      // Another lane restores the 170 tokens the two prompts share.
+      EXPECT_EQ(RunJob(*c, b, 1, Cat(Seq(1, 170), Seq(900, 30))).start.restored, 170u);
+      ExpectConsistent(*c);
+    }
+  }
+}
+
+// A record asked for near one already planned (less than a smallest batch away) is refused rather
+// than cutting the planned one, and RecordsWithin says the planned one is what a job restores.
+TEST(RecordAlso, APlannedRecordIsNotGivenUp) {
+  for (Kind kind : {Kind::kHybrid, Kind::kSlidingWindow}) {
     SCOPED_TRACE(static_cast<int>(kind));
-    FakeBackend b(kind);
+    FakeBackend b(kind, 2, /*min_batch=*/16);
     LaneCacheOptions o;
     o.prefill_chunk = 64;
     auto c = Make(b, o);
     const auto prompt = Seq(1, 300);
     const JobStart start = c->Begin(0, "", prompt, {});
-    ASSERT_EQ(start.restored, 0u);
-    std::vector<size_t> ends = start.chunk_ends;
-    size_t pos = 0;
-    auto prefill_to = [&](size_t end) {
-      b.Append(0, std::span(prompt).subspan(pos, end - pos));
-      pos = end;
-      if (end < prompt.size()) c->AtBoundary(0, end);
-    };
-    prefill_to(ends[0]);
-    EXPECT_FALSE(c->RecordAlso(0, pos, pos)) << "already prefilled";
-    const std::optional<std::vector<size_t>> changed = c->RecordAlso(0, 150, pos);
-    if (kind == Kind::kDense) {
-      EXPECT_FALSE(changed) << "the prompt end serves every prefix";
-    } else {
-      ASSERT_TRUE(changed);
-      EXPECT_EQ(changed->front(), ends[0]) << "a batch already run was planned again";
-      EXPECT_TRUE(std::binary_search(changed->begin(), changed->end(), size_t{150}));
-      EXPECT_EQ(changed->back(), prompt.size());
-      EXPECT_FALSE(c->RecordAlso(0, 150, pos)) << "a record is added once";
-      ends = *changed;
+    ASSERT_GE(start.chunk_ends.size(), 3u);
+    const size_t pos = start.chunk_ends[0];
+    ASSERT_TRUE(b.Prefill(0, std::span(prompt).first(pos), 0).ok());
+    c->AtBoundary(0, pos);
+    // A planned record well above pos: a batch end that RecordsWithin serves exactly.
+    std::optional<size_t> planned;
+    for (size_t e : start.chunk_ends) {
+      if (e > pos + 32 && e < prompt.size() && c->RecordsWithin(0, e, pos).later == e) {
+        planned = e;
+        break;
+      }
     }
-    for (size_t i = 1; i < ends.size(); ++i) prefill_to(ends[i]);
-    c->AfterFirstToken(0, LogitsOf(prompt));
-    const Token generated = 999;
-    b.Append(0, std::span(&generated, 1));
-    c->Finish(0, true);
-    // Another lane restores the 150 tokens the two prompts share.
-    EXPECT_EQ(RunJob(*c, b, 1, Cat(Seq(1, 150), Seq(900, 30))).start.restored, 150u);
-    ExpectConsistent(*c);
+    ASSERT_TRUE(planned) << "the plan records nothing above the first batch";
+    for (size_t at : {*planned - 5, *planned + 5}) {
+      EXPECT_FALSE(c->RecordAlso(0, at, pos)) << at;
+      EXPECT_LT(c->RecordsWithin(0, at, pos).later, at) << at;
+    }
+    EXPECT_EQ(c->RecordsWithin(0, *planned + 5, pos).later, *planned);
   }
+}
+
+// A job that never began (cancelled while it waited) leaves its lane as it was: the prompt it
+// kept still serves the next job.
+TEST(LaneCache, FinishWithoutBeginKeepsTheLane) {
+  FakeBackend b(Kind::kDense);
+  auto c = Make(b);
+  const auto prompt = Seq(1, 100);
+  RunJob(*c, b, 0, prompt);
+  const std::vector<Token> held = b.kv(0);
+  c->Finish(0, false);
+  EXPECT_EQ(b.kv(0), held);
+  EXPECT_EQ(RunJob(*c, b, 0, Cat(prompt, Seq(500, 20))).start.tier, "lane");
 }
 
 TEST(Recurrent, EntriesExistOnlyAtRecordedBoundaries) {

@@ -106,5 +106,32 @@ TEST(SharedPrefill, WaitsForThePrefillSharingTheMost) {
   EXPECT_FALSE(SharedPrefillToWaitFor(job, "", std::vector<InFlightPrefill>{{b, "", 0, b.size()}}, 64));
 }
 
+TEST(SharedPrefill, DecidesOnWhatThePrefillWillRecord) {
+  const std::vector<int32_t> sys = Tokens(1000, 600);
+  const std::vector<int32_t> first = Cat(sys, Tokens(5000, 30)), second = Cat(sys, Tokens(6000, 25));
+  const std::vector<InFlightPrefill> in_flight = {{first, "", 0, 256}};
+  // The lane in flight can record no more than its planned 256 (a cut at 600 would cost one of
+  // its records) and has recorded them already: nothing to wait for.
+  auto recorded_256 = [](size_t, size_t) { return SharedRestore{256, 256}; };
+  EXPECT_FALSE(SharedPrefillToWaitFor(second, "", in_flight, 64, recorded_256));
+  // It will record 512 once its first token is out: 256 more than the job restores now.
+  auto later_512 = [](size_t, size_t) { return SharedRestore{256, 512}; };
+  const std::optional<SharedPrefill> w = SharedPrefillToWaitFor(second, "", in_flight, 64, later_512);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->shared, sys.size());
+  EXPECT_EQ(w->restore, 512u);
+  // It records nothing (a prompt shorter than the smallest batch, the cache off).
+  auto nothing = [](size_t, size_t) { return SharedRestore{}; };
+  EXPECT_FALSE(SharedPrefillToWaitFor(second, "", in_flight, 64, nothing));
+  // Of two prefills, the one whose records serve more, not the one sharing more.
+  const std::vector<int32_t> other = Cat(std::vector<int32_t>(sys.begin(), sys.begin() + 500), Tokens(7000, 40));
+  const std::vector<InFlightPrefill> two = {{first, "", 0, 0}, {other, "", 0, 0}};
+  auto by_lane = [](size_t i, size_t shared) { return i == 0 ? SharedRestore{0, 128} : SharedRestore{0, shared}; };
+  const std::optional<SharedPrefill> best = SharedPrefillToWaitFor(second, "", two, 64, by_lane);
+  ASSERT_TRUE(best);
+  EXPECT_EQ(best->index, 1u);
+  EXPECT_EQ(best->restore, 500u);
+}
+
 }  // namespace
 }  // namespace skippy::server

@@ -729,6 +729,10 @@ void ExpectABurstPrefillsASharedPrefixOnce(const std::string& family, const std:
   auto on = ServerProcess::Start(family, common, family + "-burst-on");
   auto off = ServerProcess::Start(family, off_flags, family + "-burst-off");
   ASSERT_TRUE(on && off);
+  if (std::find(flags.begin(), flags.end(), "--lane-batching") != flags.end()) {
+    const json stats = json::parse(on->Client()->Get("/cache/stats")->body);
+    ASSERT_TRUE(stats["lane_batching"].value("on", false)) << stats["lane_batching"].dump();
+  }
   auto waits = [&] { return json::parse(on->Client()->Get("/cache/stats")->body).value("shared_prefill_waits", 0); };
   size_t waited = 0;
   for (int attempt = 0; attempt < 5 && waits() == 0; ++attempt) {
@@ -765,6 +769,10 @@ TEST(SharedPrefill, ABurstPrefillsASharedPrefixOnceWithLanesTogether) {
 }
 
 TEST(SharedPrefill, AHybridBurstPrefillsASharedPrefixOnce) { ExpectABurstPrefillsASharedPrefixOnce("qwen3next", {}); }
+
+TEST(SharedPrefill, AHybridBurstPrefillsASharedPrefixOnceWithLanesTogether) {
+  ExpectABurstPrefillsASharedPrefixOnce("qwen3next", {"--lane-batching"});
+}
 
 // --exact-min-batch is only a claim: the startup batch-split check proves it or the cache is off.
 // With flash attention on over the stock kernels, 2-row batches take another kernel path than

@@ -149,27 +149,29 @@ void LaneCache::AtBoundary(int32_t lane, size_t end) {
   strategy_->AtBoundary(lane, job, end);
 }
 
-std::optional<std::vector<size_t>> LaneCache::RecordAlso(int32_t lane, size_t tokens, size_t pos) {
-  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+std::optional<PrefillPlan> LaneCache::PlanRecordAlso(const LaneJob& job, size_t tokens, size_t pos) const {
   const size_t n = job.prompt.size();
   if (!job.active || !job.records || !strategy_->plans_boundaries() || tokens <= pos || tokens >= n ||
       tokens < MinBatch()) {
     return std::nullopt;
   }
   const std::vector<size_t>& rb = job.plan.record_boundaries;
-  const std::vector<size_t>& ends = job.plan.chunk_ends;
   if (std::binary_search(rb.begin(), rb.end(), tokens)) return std::nullopt;
   // pos is the restored prefix or a batch end of the plan, where the rest may be cut again.
   if (pos != 0 && !job.classes.CanStartAt(pos)) return std::nullopt;
-  std::vector<size_t> stops;
+  std::vector<size_t> planned;
   for (size_t b : rb) {
-    if (b > pos && b < n) stops.push_back(b);
+    if (b > pos && b < n) planned.push_back(b);
   }
+  std::vector<size_t> stops = planned;
   stops.insert(std::upper_bound(stops.begin(), stops.end(), tokens), tokens);
   cache::BatchClasses::Cuts cuts = job.classes.Cut(pos, stops, policy_.prefill_chunk);
-  if (!std::binary_search(cuts.stops.begin(), cuts.stops.end(), tokens)) return std::nullopt;
+  // The new record must not cost one already planned (a branch, turn, tail or grid point less
+  // than a smallest batch away from it).
+  auto kept = [&](size_t b) { return std::binary_search(cuts.stops.begin(), cuts.stops.end(), b); };
+  if (!kept(tokens) || !std::all_of(planned.begin(), planned.end(), kept)) return std::nullopt;
   PrefillPlan plan;
-  for (size_t e : ends) {
+  for (size_t e : job.plan.chunk_ends) {
     if (e <= pos) plan.chunk_ends.push_back(e);
   }
   plan.chunk_ends.insert(plan.chunk_ends.end(), cuts.batch_ends.begin(), cuts.batch_ends.end());
@@ -178,7 +180,39 @@ std::optional<std::vector<size_t>> LaneCache::RecordAlso(int32_t lane, size_t to
   }
   plan.record_boundaries.insert(plan.record_boundaries.end(), cuts.stops.begin(), cuts.stops.end());
   if (!rb.empty() && rb.back() == n) plan.record_boundaries.push_back(n);
-  job.plan = std::move(plan);
+  return plan;
+}
+
+LaneCache::SharedRecords LaneCache::RecordsWithin(int32_t lane, size_t tokens, size_t pos) const {
+  const LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  SharedRecords r;
+  const size_t n = job.prompt.size();
+  if (!job.active || !job.records) return r;
+  tokens = std::min(tokens, n);
+  // Dense: the prompt end's entry serves every prefix of it.
+  if (!strategy_->plans_boundaries()) {
+    r.later = tokens;
+    return r;
+  }
+  // Exact-boundary families: the deepest record at or below `tokens`. A hybrid's boundaries passed
+  // so far become entries only at the prompt end (LaneJob::pending); the others' exist already.
+  const std::optional<PrefillPlan> also = PlanRecordAlso(job, tokens, pos);
+  const std::vector<size_t>& rb = also ? also->record_boundaries : job.plan.record_boundaries;
+  for (size_t b : rb) {
+    if (b > tokens) break;
+    r.later = b;
+    const bool pending = std::any_of(job.pending.begin(), job.pending.end(),
+                                     [b](const PendingRecord& p) { return p.tokens == b; });
+    if (b <= pos && !pending) r.now = b;
+  }
+  return r;
+}
+
+std::optional<std::vector<size_t>> LaneCache::RecordAlso(int32_t lane, size_t tokens, size_t pos) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  std::optional<PrefillPlan> plan = PlanRecordAlso(job, tokens, pos);
+  if (!plan) return std::nullopt;
+  job.plan = *std::move(plan);
   return job.plan.chunk_ends;
 }
 
@@ -193,11 +227,13 @@ void LaneCache::AfterFirstToken(int32_t lane, const std::vector<float>& logits) 
 
 void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> generated, NextTurnFn next_turn) {
   LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  // A job that never began (cancelled while it waited) left the lane as it was.
+  if (!job.active) return;
   Held& held = held_[static_cast<size_t>(lane)];
   held = Held{};
   const auto n = static_cast<int32_t>(job.prompt.size());
   bool keep = false;
-  if (completed && job.active && n > 0 && strategy_->lane_keep() != FamilyStrategy::LaneKeep::kNothing) {
+  if (completed && n > 0 && strategy_->lane_keep() != FamilyStrategy::LaneKeep::kNothing) {
     // Generated tokens were decoded one row at a time: they join the lane's prompt where a one-row
     // batch is in the prompt rows' class. A conversation's next turn starts with this exchange; as
     // an entry it is restored on whichever lane the turn lands on (the lane itself keeps it only
@@ -244,7 +280,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
   } else {
     (void)backend_.Clear(lane);
   }
-  if (job.active) LaneEvent(lane, job.scope.cache_namespace, keep ? held.tokens : std::vector<Token>{});
+  LaneEvent(lane, job.scope.cache_namespace, keep ? held.tokens : std::vector<Token>{});
   finished_at_[static_cast<size_t>(lane)] = ++finishes_;
   job = LaneJob{};
 }

@@ -10,10 +10,11 @@
 //        idle (Finish was called for its last job, or it never had one).
 //   AtBoundary(lane, end)       after each prefill batch that ends before the prompt does: the
 //                               records planned there (exact-boundary families).
-//   RecordAlso(lane, tokens, pos)
-//        while the lane prefills (pos: the tokens in it now), for another job that waits to restore
-//        the lane's first `tokens` tokens: an exact-boundary family adds a record there (the rest
-//        of the prefill is cut again); others already record the prompt end, which serves it.
+//   RecordsWithin(lane, tokens, pos) / RecordAlso(lane, tokens, pos)
+//        while the lane prefills (pos: the tokens in it now), for another job that would wait to
+//        restore the lane's first `tokens` tokens: how much of them the lane's records will serve,
+//        and then the record itself: an exact-boundary family adds one there (the rest of the
+//        prefill is cut again); others already record the prompt end, which serves it.
 //   AfterFirstToken(lane, logits)
 //        once the first generated token is out and the lane still holds exactly the prompt: the
 //        prompt-end records and the decoded result, off the time to first token. Calls after the
@@ -129,11 +130,24 @@ class LaneCache {
   void AtBoundary(int32_t lane, size_t end);
   // The lane's new chunk ends (the ones up to pos unchanged) when the record was added; nullopt
   // when nothing changed: not an exact-boundary family, not pos < tokens < the prompt's length,
-  // already a record, or too close to another batch end to cut there.
+  // already a record, or too close to a batch end or another planned record to cut there (a
+  // record already planned is never given up for this one).
   std::optional<std::vector<size_t>> RecordAlso(int32_t lane, size_t tokens, size_t pos);
+  // How much of the first `tokens` tokens of the lane's prompt another job could restore from the
+  // records of the lane's prefill in flight (pos: the tokens in it now): `now`, from the records
+  // made so far, and `later`, once its first token is out, counting the record that
+  // RecordAlso(lane, tokens, pos) would add. Both 0 when the lane records nothing (no job, the
+  // cache off, a prompt shorter than MinBatch()).
+  struct SharedRecords {
+    size_t now = 0;
+    size_t later = 0;
+  };
+  SharedRecords RecordsWithin(int32_t lane, size_t tokens, size_t pos) const;
   void AfterFirstToken(int32_t lane, const std::vector<float>& logits);
   // generated: the tokens decoded into the lane after the prompt, in order (not the last sampled
   // one, which was never decoded). next_turn: where the answer to prefill is known otherwise.
+  // Does nothing for a lane whose job never began (no Begin since the last Finish): the lane
+  // keeps what it held.
   void Finish(int32_t lane, bool completed, std::span<const Token> generated = {}, NextTurnFn next_turn = {});
 
   // Whether a lane has an answer to prefill (see above).
@@ -202,6 +216,8 @@ class LaneCache {
   // A deferred answer into a lane: its prompt's entry imported, the answer to prefill held.
   Status Resume(DeferredAnswer& d);
   LaneHeld Match(const Held& held, const LaneJob& job) const;
+  // The job's plan with a record added at `tokens` (RecordAlso), or nullopt.
+  std::optional<PrefillPlan> PlanRecordAlso(const LaneJob& job, size_t tokens, size_t pos) const;
   // IdleStep on one lane.
   void PrefillAnswer(int32_t lane, size_t max_rows);
   // The entry serving exactly `tokens`, computed in `classes` (unpinned: use it before anything

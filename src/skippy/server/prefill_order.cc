@@ -19,19 +19,24 @@ std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, 
 }
 
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,
-                                                    std::span<const InFlightPrefill> in_flight, size_t min_shared) {
+                                                    std::span<const InFlightPrefill> in_flight, size_t min_shared,
+                                                    const SharedRestoreFn& restorable) {
   std::optional<SharedPrefill> pick;
   for (size_t i = 0; i < in_flight.size(); ++i) {
     const InFlightPrefill& f = in_flight[i];
     if (f.tenant_namespace != tenant_namespace || f.pos >= f.prompt.size()) continue;
     const size_t shared =
         static_cast<size_t>(std::mismatch(prompt.begin(), prompt.end(), f.prompt.begin(), f.prompt.end()).first - prompt.begin());
-    // What the job would restore now: at most what the prefill in flight found.
-    const size_t now = std::min(shared, f.restored);
-    if (shared < now + min_shared || shared <= now) continue;
+    if (shared == 0) continue;
+    SharedRestore r = restorable ? restorable(i, shared) : SharedRestore{0, shared};
+    // What the job would restore now: at least what the prefill in flight found itself.
+    const size_t now = std::max(r.now, std::min(shared, f.restored));
+    const size_t later = std::min(r.later, shared);
+    if (later < now + min_shared || later <= now) continue;
+    const size_t gain = later - now;
     const size_t left = f.prompt.size() - f.pos;
-    if (left > (prompt.size() - now) + (shared - now)) continue;
-    if (!pick || shared > pick->shared) pick = SharedPrefill{i, shared};
+    if (left > (prompt.size() - now) + gain) continue;
+    if (!pick || later > pick->restore) pick = SharedPrefill{i, shared, later};
   }
   return pick;
 }

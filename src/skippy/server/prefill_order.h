@@ -15,8 +15,8 @@
 // the prefix, and each would prefill it again. A job about to begin waits instead for a lane that
 // is computing that prefix, and restores it once that lane's first token is out (its prompt-end
 // record, or the exact-boundary records along its prompt; an exact repeat gets the decoded result).
-// Rule: the job waits for a prefill in flight, in its namespace, that will record at least
-// `min_shared` tokens of the job's prompt beyond what that prefill itself restored (the gain), and
+// Rule: the job waits for a prefill in flight, in its namespace, whose records will serve at least
+// `min_shared` tokens of the job's prompt beyond what the job could restore now (the gain), and
 // has no more tokens left to prefill than the job would prefill without it plus the gain. That
 // bound is where waiting lowers the sum of the two jobs' times to first token, whether the lanes
 // take turns (the job's prefill would be slowed by as many of the other's tokens) or the other
@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -54,12 +55,24 @@ struct InFlightPrefill {
 
 struct SharedPrefill {
   size_t index = 0;   // in in_flight
-  size_t shared = 0;  // prompt tokens the two have in common
+  size_t shared = 0;   // prompt tokens the two have in common
+  size_t restore = 0;  // of those, what the job will restore once that prefill's first token is out
 };
 
+// How much of the `shared` tokens the job could restore from in_flight[index]'s records: `now`,
+// and `later`, once that prefill's first token is out (see LaneCache::RecordsWithin).
+struct SharedRestore {
+  size_t now = 0;
+  size_t later = 0;
+};
+using SharedRestoreFn = std::function<SharedRestore(size_t index, size_t shared)>;
+
 // The prefill that a job with `prompt` in `tenant_namespace` waits for (the rule above; the one
-// that shares the most of its prompt), or nullopt: the job begins now.
+// whose records will serve the most of its prompt), or nullopt: the job begins now. What the job restores now
+// is at least what the prefill in flight restored itself (of the shared tokens); without
+// `restorable`, all the shared tokens are taken to be recorded.
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,
-                                                    std::span<const InFlightPrefill> in_flight, size_t min_shared);
+                                                    std::span<const InFlightPrefill> in_flight, size_t min_shared,
+                                                    const SharedRestoreFn& restorable = {});
 
 }  // namespace skippy::server

@@ -461,20 +461,30 @@ bool Scheduler::WaitsForSharedPrefill(int32_t id) {
   }
   const Job& job = *lane.job;
   const std::vector<runtime::Token>& prompt = job.prompt().tokens;
+  // Where the job would restore to from in_flight[i]: the other's whole prompt when it holds it
+  // (its prompt-end record; an exact repeat, its decoded result), else the shared prefix, leaving
+  // the job a batch to prefill (an exact-boundary family records there: LaneCache::RecordAlso).
+  auto restore_at = [&](size_t i, size_t shared) {
+    const size_t other_n = in_flight[i].prompt.size();
+    if (shared >= other_n) return other_n;
+    return std::min(shared, prompt.size() - std::min(prompt.size(), cache_->MinBatch()));
+  };
+  auto restorable = [&](size_t i, size_t shared) {
+    const lane_cache::LaneCache::SharedRecords r =
+        cache_->RecordsWithin(in_flight_lanes[i], restore_at(i, shared), in_flight[i].pos);
+    return SharedRestore{r.now, r.later};
+  };
   const std::optional<SharedPrefill> wait =
-      SharedPrefillToWaitFor(prompt, job.tenant_namespace(), in_flight, kMinSharedPrefill);
+      SharedPrefillToWaitFor(prompt, job.tenant_namespace(), in_flight, kMinSharedPrefill, restorable);
   if (!wait) return false;
   if (lane.waiting_since == Clock::time_point{}) {
     lane.waiting_since = Clock::now();
     shared_prefill_waits_.fetch_add(1);
   }
-  // An exact-boundary family records the shared prefix where it ends (leaving this job a batch to
-  // prefill), not only at its planned boundaries. A job that holds the other's whole prompt
-  // restores its prompt-end record (an exact repeat, its decoded result) and needs no more.
+  // The record the decision counted on (none to add where one is planned there already). The chunk
+  // ends up to other.pos stay as they were, so next_chunk still points past them.
   Lane& other = lanes_[in_flight_lanes[wait->index]];
-  const size_t at = std::min(wait->shared, prompt.size() - std::min(prompt.size(), cache_->MinBatch()));
-  if (wait->shared == other.job->prompt().tokens.size()) return true;
-  // The chunk ends up to other.pos stay as they were, so next_chunk still points past them.
+  const size_t at = restore_at(wait->index, wait->shared);
   if (std::optional<std::vector<size_t>> ends = cache_->RecordAlso(in_flight_lanes[wait->index], at, other.pos)) {
     other.chunk_ends = std::move(*ends);
   }
