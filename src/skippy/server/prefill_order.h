@@ -68,9 +68,9 @@ struct SharedRestore {
 using SharedRestoreFn = std::function<SharedRestore(size_t index, size_t shared)>;
 
 // The prefill that a job with `prompt` in `tenant_namespace` waits for (the rule above; the one
-// whose records will serve the most of its prompt), or nullopt: the job begins now. What the job restores now
-// is at least what the prefill in flight restored itself (of the shared tokens); without
-// `restorable`, all the shared tokens are taken to be recorded.
+// whose records will serve the most of its prompt), or nullopt: the job begins now. What the job
+// restores now is at least what the prefill in flight restored itself (of the shared tokens);
+// without `restorable`, all the shared tokens are taken to be recorded.
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,
                                                     std::span<const InFlightPrefill> in_flight, size_t min_shared,
                                                     const SharedRestoreFn& restorable = {});
