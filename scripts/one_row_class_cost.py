@@ -5,8 +5,8 @@
 
 Modes, each a skippy-server --no-cache with two lanes (2 threads, 4096-token context):
   stock         --no-batch-invariant: llama.cpp's stock kernels (what llama-server computes with)
-  invariant     the default batch-invariant kernels; lanes decode one at a time, one row each
-  one-row       --lane-batching: the batch-invariant kernels' one-row class, lanes in one batch
+  invariant     --lane-batching=off: the batch-invariant kernels; lanes decode one at a time, one row each
+  one-row       --lane-batching=on: the batch-invariant kernels' one-row class, lanes in one batch
 Each round starts the three in a rotating order and sends, one at a time, three distinct prompts
 of WORDS word pairs (280: about 1,500 tokens) generating 48 tokens each (cold prefill and decode
 time per token, from the server's timings), then two such requests at once (aggregate generated
@@ -26,8 +26,8 @@ N_PREDICT = 48
 
 MODES = {
     "stock": ["--no-batch-invariant"],
-    "invariant": [],
-    "one-row": ["--lane-batching"],
+    "invariant": ["--lane-batching=off"],
+    "one-row": ["--lane-batching=on"],
 }
 
 

@@ -389,12 +389,58 @@ TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
   }
 }
 
-TEST(LaneBatching, OffUnlessAskedFor) {
-  auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "lanes-default");
-  ASSERT_TRUE(plain);
-  const json s = json::parse(plain->Client()->Get("/cache/stats")->body);
-  EXPECT_FALSE(s["lane_batching"].value("on", true)) << "off unless asked for";
-  EXPECT_FALSE(s["lane_batching"].value("one_row_class", true));
+// --lane-batching=auto (the default): with 2+ lanes the server measures a lone decode step in the
+// one-row class and without it, and steps lanes together only when the class costs at most the
+// tolerance; /cache/stats says what it measured and what it decided. Whatever it decided, answers
+// given to requests that run at the same time are those each gets alone. With one lane nothing is
+// measured; --lane-batching=off never batches.
+TEST(LaneBatching, AutoDecidesOnTheMeasuredLoneStep) {
+  auto server = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "lanes-auto");
+  ASSERT_TRUE(server);
+  const json lanes = json::parse(server->Client()->Get("/cache/stats")->body)["lane_batching"];
+  EXPECT_EQ(lanes.value("mode", ""), "auto") << lanes.dump();
+  const json measured = lanes["auto"];
+  ASSERT_TRUE(measured.contains("ratio")) << lanes.dump();
+  EXPECT_GT(measured.value("context", 0), 64) << "the lane holds a context before the measured steps";
+  EXPECT_EQ(measured.value("pairs", 0), 7);
+  EXPECT_GT(measured.value("one_row_class_ms", 0.0), 0);
+  EXPECT_GT(measured.value("default_ms", 0.0), 0);
+  const bool cheap = measured["ratio"].get<double>() <= measured["tolerance"].get<double>();
+  EXPECT_EQ(lanes.value("on", !cheap), cheap) << lanes.dump();
+  EXPECT_EQ(lanes.value("one_row_class", !cheap), cheap) << "the class stays on only where lanes step together";
+
+  auto ask = [&](int i) {
+    const json req = {{"prompt", Words(40 + i, 30 + 90 * i)}, {"n_predict", 24}, {"temperature", 0},
+                      {"ignore_eos", true}, {"return_tokens", true}, {"n_probs", 2}};
+    auto [status, body] = PostJson(*server->Client(), "/completion", req);
+    EXPECT_EQ(status, 200) << body.dump();
+    return body;
+  };
+  // Lane 0 held the measure's context: the first request on it starts from an empty lane.
+  const json alone[2] = {ask(0), ask(1)};
+  ASSERT_FALSE(alone[0]["completion_probabilities"].is_null());
+  json together[2];
+  std::thread other([&] { together[1] = ask(1); });
+  together[0] = ask(0);
+  other.join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
+    EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
+  }
+
+  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching=off"},
+                                  "lanes-off");
+  ASSERT_TRUE(off);
+  const json o = json::parse(off->Client()->Get("/cache/stats")->body)["lane_batching"];
+  EXPECT_EQ(o.value("mode", ""), "off");
+  EXPECT_FALSE(o.value("on", true)) << o.dump();
+  EXPECT_FALSE(o.value("one_row_class", true));
+  EXPECT_FALSE(o.contains("auto")) << "nothing to measure when batching is off";
+  auto one = ServerProcess::Start("llama", {"-c", "1024"}, "lanes-one");
+  ASSERT_TRUE(one);
+  const json l = json::parse(one->Client()->Get("/cache/stats")->body)["lane_batching"];
+  EXPECT_FALSE(l.value("on", true));
+  EXPECT_FALSE(l.contains("auto")) << "one lane: nothing to measure";
 }
 
 // n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).
@@ -459,8 +505,9 @@ TEST(LaneBatching, ANextTurnRestoresThePreviousAnswer) {
   ASSERT_TRUE(on);
   auto off = ServerProcess::Start("llama", off_flags, "turns-off");
   ASSERT_TRUE(off);
-  auto plain = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--answer-prefill-idle-ms", "-1"},
-                                    "turns-plain");
+  auto plain = ServerProcess::Start(
+      "llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching=off", "--answer-prefill-idle-ms", "-1"},
+      "turns-plain");
   ASSERT_TRUE(plain);
   // One lane: nothing to batch, the class alone keeps the answer.
   auto single = ServerProcess::Start("llama", {"-c", "1024", "--one-row-class"}, "turns-single");
@@ -762,13 +809,17 @@ void ExpectABurstPrefillsASharedPrefixOnce(const std::string& family, const std:
   EXPECT_GT(waited, 0u);
 }
 
-TEST(SharedPrefill, ABurstPrefillsASharedPrefixOnce) { ExpectABurstPrefillsASharedPrefixOnce("llama", {}); }
+TEST(SharedPrefill, ABurstPrefillsASharedPrefixOnce) {
+  ExpectABurstPrefillsASharedPrefixOnce("llama", {"--lane-batching=off"});
+}
 
 TEST(SharedPrefill, ABurstPrefillsASharedPrefixOnceWithLanesTogether) {
   ExpectABurstPrefillsASharedPrefixOnce("llama", {"--lane-batching"});
 }
 
-TEST(SharedPrefill, AHybridBurstPrefillsASharedPrefixOnce) { ExpectABurstPrefillsASharedPrefixOnce("qwen3next", {}); }
+TEST(SharedPrefill, AHybridBurstPrefillsASharedPrefixOnce) {
+  ExpectABurstPrefillsASharedPrefixOnce("qwen3next", {"--lane-batching=off"});
+}
 
 TEST(SharedPrefill, AHybridBurstPrefillsASharedPrefixOnceWithLanesTogether) {
   ExpectABurstPrefillsASharedPrefixOnce("qwen3next", {"--lane-batching"});

@@ -59,10 +59,14 @@ int main(int argc, char** argv) {
                  "keep 64+ rows (README, \"Exactness and batch size\")")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
-  app.add_flag("--lane-batching", o.lane_batching,
-               "decode the lanes' generated tokens in one batch; answers do not depend on the other lanes: every "
-               "batch size is one class with the patch series' one-row class (a lone decode step costs more), a pad "
-               "row per lane without it (proved at startup; default: one lane at a time)");
+  std::string lane_batching = "auto";
+  app.add_flag("--lane-batching{on}", lane_batching,
+               "on | off | auto (--lane-batching alone: on). Decode the lanes' generated tokens in one batch; answers "
+               "do not depend on the other lanes: every batch size is one class with the patch series' one-row class, "
+               "a pad row per lane without it (proved at startup). auto, the default with 2+ lanes: only in the "
+               "one-row class, and only where a lone decode step measured at startup costs no more than 3% in it; "
+               "on: whatever a lone step costs; off: one lane at a time")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   std::string lane_groups = "measured";
   app.add_option("--lane-groups", lane_groups,
                  "with --lane-batching, which decoding lanes step together: measured (the split whose steps, of "
@@ -72,7 +76,7 @@ int main(int argc, char** argv) {
   app.add_flag("--one-row-class", one_row_class,
                "compute a lone row (a decode step) in the batch kernels' class too (the patch series' one-row "
                "class): a generated token's KV is then a prompt token's, so a lane keeps an answer and records it "
-               "with its prompt for the conversation's next turn; a lone decode step costs more on F16 weights "
+               "with its prompt for the conversation's next turn; a lone decode step costs more on some models "
                "(implied by --lane-batching with 2+ lanes)");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   bool stock_kernels = false;
@@ -167,13 +171,19 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   o.lane_groups_measured = lane_groups == "measured";
+  o.lane_batching = lane_batching == "on"    ? skippy::server::ServerOptions::LaneBatching::kOn
+                    : lane_batching == "off" ? skippy::server::ServerOptions::LaneBatching::kOff
+                                             : skippy::server::ServerOptions::LaneBatching::kAuto;
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
   // Lanes that decode together need a lone row in the class of any batch, or a pad row each.
   if (one_row_class && stock_kernels) {
     std::fprintf(stderr, "skippy-server: --one-row-class needs the batch-invariant kernels (not --no-batch-invariant)\n");
     return 2;
   }
-  if (!stock_kernels && (one_row_class || (o.lane_batching && o.lane_count >= 2))) {
+  // "auto" leaves the class to the scheduler, which measures what it costs on the loaded model
+  // (until then every check here holds the stricter rules of the default classes).
+  if (!stock_kernels &&
+      (one_row_class || (o.lane_batching == skippy::server::ServerOptions::LaneBatching::kOn && o.lane_count >= 2))) {
     // Lane batching falls back to a pad row per lane on a build without the class; an explicit
     // --one-row-class has no fallback.
     if (!skippy::runtime::SetOneRowClass(true) && one_row_class) {

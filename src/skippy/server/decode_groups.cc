@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <vector>
 
 #include "skippy/certify/state_handoff.h"
+#include "skippy/runtime/llama_backend.h"
 
 namespace skippy::server {
 
 nlohmann::json DecodeStepCosts::ToJson() const { return {{"step_ms", step_ms}, {"context", context}}; }
+
+nlohmann::json LoneStepCost::ToJson() const {
+  return {{"context", context}, {"pairs", pairs}, {"one_row_class_ms", class_ms}, {"default_ms", default_ms},
+          {"ratio", ratio}};
+}
 
 namespace {
 
@@ -38,7 +45,79 @@ StatusOr<DecodeStepCosts> Measure(runtime::Engine& engine, size_t max_rows, size
   return costs;
 }
 
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+StatusOr<LoneStepCost> MeasureLone(runtime::Engine& engine, size_t max_context, double fill_budget_ms, size_t pairs) {
+  constexpr size_t kChunk = 64;
+  SKIPPY_ASSIGN_OR_RETURN(
+      std::vector<runtime::Token> tokens,
+      certify::BenchmarkTokens(engine.model(), "Decode step cost: one lane alone, in one class or the other.",
+                               static_cast<int32_t>(max_context)));
+  LoneStepCost cost;
+  const auto fill_start = std::chrono::steady_clock::now();
+  while (cost.context < max_context && (cost.context == 0 || MsSince(fill_start) < fill_budget_ms)) {
+    const size_t n = std::min(kChunk, max_context - cost.context);
+    SKIPPY_RETURN_IF_ERROR(engine.Prefill(0, std::span(tokens).subspan(cost.context, n),
+                                          static_cast<int32_t>(cost.context)));
+    cost.context += n;
+  }
+  auto pos = static_cast<int32_t>(cost.context);
+  auto step = [&](bool one_row_class) -> StatusOr<double> {
+    runtime::SetOneRowClass(one_row_class);
+    const runtime::Token token = tokens[static_cast<size_t>(pos) % tokens.size()];
+    const auto start = std::chrono::steady_clock::now();
+    SKIPPY_RETURN_IF_ERROR(engine.Decode(0, std::span(&token, 1), pos).status());
+    ++pos;
+    return MsSince(start);
+  };
+  std::vector<double> with_class, without, ratios;
+  for (size_t i = 0; i <= pairs; ++i) {
+    // Alternate which goes first, so a drift in the machine's speed does not favour one side.
+    const bool class_first = i % 2 == 0;
+    SKIPPY_ASSIGN_OR_RETURN(const double first, step(class_first));
+    SKIPPY_ASSIGN_OR_RETURN(const double second, step(!class_first));
+    if (i == 0) continue;  // warm-up: the first steps of a graph shape allocate
+    const double on = class_first ? first : second;
+    const double off = class_first ? second : first;
+    with_class.push_back(on);
+    without.push_back(off);
+    ratios.push_back(on / off);
+  }
+  cost.pairs = pairs;
+  cost.class_ms = Median(with_class);
+  cost.default_ms = Median(without);
+  cost.ratio = Median(ratios);
+  return cost;
+}
+
 }  // namespace
+
+StatusOr<LoneStepCost> MeasureLoneStep(runtime::Engine& engine, size_t max_context, double fill_budget_ms,
+                                       size_t pairs) {
+  if (!runtime::OneRowClassAvailable() || !runtime::BatchInvariant()) {
+    return absl::FailedPreconditionError("this build has no one-row class (or runs the stock kernels)");
+  }
+  if (pairs == 0 || max_context == 0) return absl::InvalidArgumentError("nothing to measure");
+  // The lane holds the context and two cells per pair.
+  const auto capacity = static_cast<size_t>(engine.LaneCapacity());
+  const size_t steps = 2 * (pairs + 1);
+  if (capacity < steps + 8 + 16) return absl::FailedPreconditionError("the lane is too small for the measure");
+  max_context = std::min(max_context, capacity - steps - 8);
+  const bool was = runtime::OneRowClass();
+  SKIPPY_RETURN_IF_ERROR(engine.Clear(0));
+  auto cost = MeasureLone(engine, max_context, fill_budget_ms, pairs);
+  runtime::SetOneRowClass(was);
+  (void)engine.Clear(0);
+  return cost;
+}
 
 StatusOr<DecodeStepCosts> MeasureDecodeSteps(runtime::Engine& engine, size_t max_rows, size_t rounds) {
   if (!engine.CanDecodeSteps()) {

@@ -15,8 +15,15 @@
 // into the groups whose measured costs add up to the least. The measure holds short contexts:
 // a lane's attention costs the same in any group, so it changes every split's sum alike.
 //
-// Thread-safety: MeasureDecodeSteps uses the engine (call it from the thread that owns it);
-// DecodeGroups is a pure function.
+// Whether to step lanes together at all (--lane-batching=auto, the default): lanes decode together
+// only in the one-row class, where a lone decode step takes the batch kernels, and on some models
+// that lone step costs more than the default kernels' row path (flash attention's tiled path for
+// one query row, the IQ panel; docs/evidence/one-row-class/). MeasureLoneStep times a lane's lone
+// step both ways at startup, so the scheduler keeps the class only where it costs a lone lane
+// nothing it can measure.
+//
+// Thread-safety: MeasureDecodeSteps and MeasureLoneStep use the engine (call them from the thread
+// that owns it, before it serves); DecodeGroups is a pure function.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +48,25 @@ struct DecodeStepCosts {
 // FailedPrecondition when the engine cannot step lanes together or its lanes are too small;
 // otherwise fails only when the engine does.
 StatusOr<DecodeStepCosts> MeasureDecodeSteps(runtime::Engine& engine, size_t max_rows = 8, size_t rounds = 3);
+
+// A lone decode step with the one-row class on and with it off, on one model and CPU.
+struct LoneStepCost {
+  size_t context = 0;    // tokens the lane held before its first measured step
+  size_t pairs = 0;      // measured pairs (after one warm-up pair)
+  double class_ms = 0;   // median step, one-row class on
+  double default_ms = 0; // median step, one-row class off
+  double ratio = 0;      // median over the pairs of class / default (each pair back to back)
+  nlohmann::json ToJson() const;
+};
+
+// Fills lane 0 with up to `max_context` tokens (in chunks, stopping early once the fill has taken
+// `fill_budget_ms`, so a large model's startup stays short), then decodes one row at a time,
+// alternating the one-row class on and off, `pairs` pairs after a warm-up pair. Attention's share
+// of a step grows with the context, which is why the lane is filled first. The lane is cleared
+// before and after, and the class is left as it was found. FailedPrecondition when this build has
+// no one-row class or the lane is too small; otherwise fails only when the engine does.
+StatusOr<LoneStepCost> MeasureLoneStep(runtime::Engine& engine, size_t max_context = 512,
+                                       double fill_budget_ms = 1000, size_t pairs = 7);
 
 // Splits `lanes` (ascending lane ids) into DecodeStep groups. llama.cpp puts only consecutive
 // sequences into one ubatch, so lanes whose ids do not follow each other are never grouped (they

@@ -96,8 +96,10 @@ Status Scheduler::Load() {
   // rounds a lane's cells up to a multiple of 256, so with -c a multiple of 256 this costs 256
   // cells per lane (also for recurrent models, which then decode one lane at a time: the model is
   // not known before the context is made).
-  const uint32_t pad =
-      options_.lane_count >= 2 && options_.lane_batching ? static_cast<uint32_t>(runtime::DecodeStepRows() - 1) : 0;
+  // "auto" batches only in the one-row class (no pad row); main sets the class for "on".
+  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching == ServerOptions::LaneBatching::kOn
+                           ? static_cast<uint32_t>(runtime::DecodeStepRows() - 1)
+                           : 0;
   // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences: a
   // lane's cells start at cell 0 of its own stream, so a restored prefix sits exactly where a
   // recompute puts it. Sliding-window layers get the full per-lane size too, so a lane never
@@ -108,6 +110,9 @@ Status Scheduler::Load() {
   eo.context.swa_full = true;
   eo.cache_seq_count = 0;
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
+  // Before anything that reads the batch classes: the startup checks, the backend's facts and the
+  // entries' identity.
+  DecideOneRowClass();
   // Before the backend copies the family decision: a learned family is enabled only here.
   const std::string learned_off =
       options_.cache_enabled && engine_->family().learned ? CertifyLearnedFamily() : std::string();
@@ -199,12 +204,49 @@ std::string Scheduler::CertifyLearnedFamily() {
   return "";
 }
 
+void Scheduler::DecideOneRowClass() {
+  using Mode = ServerOptions::LaneBatching;
+  lane_batching_json_["mode"] = options_.lane_batching == Mode::kOn    ? "on"
+                                : options_.lane_batching == Mode::kOff ? "off"
+                                                                       : "auto";
+  if (options_.lane_batching != Mode::kAuto || options_.lane_count < 2) return;
+  if (runtime::OneRowClass()) {
+    lane_batching_json_["auto"] = {{"decided", "the one-row class was asked for (--one-row-class)"}};
+    return;
+  }
+  if (!runtime::BatchInvariant() || !runtime::OneRowClassAvailable()) {
+    lane_batching_json_["auto"] = {
+        {"decided", runtime::BatchInvariant() ? "this build has no one-row class" : "the stock kernels have no one-row class"}};
+    return;
+  }
+  auto cost = MeasureLoneStep(*engine_);
+  if (!cost.ok()) {
+    lane_batching_json_["auto"] = {{"decided", StrCat("the lone-step measure could not run: ", cost.status().message())}};
+    return;
+  }
+  const bool cheap = cost->ratio <= kLoneStepTolerance;
+  lane_batching_json_["auto"] = cost->ToJson();
+  lane_batching_json_["auto"]["tolerance"] = kLoneStepTolerance;
+  lane_batching_json_["auto"]["decided"] =
+      cheap ? "the one-row class costs a lone step no more than the tolerance: lanes step together"
+            : "the one-row class costs a lone step more than the tolerance: lanes decode one at a time";
+  if (cheap) runtime::SetOneRowClass(true);
+  std::fprintf(stderr,
+               "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it (%.3fx, "
+               "%zu tokens of context): lanes %s\n",
+               cost->class_ms, cost->default_ms, cost->ratio, cost->context,
+               cheap ? "step together" : "decode one at a time (--lane-batching=on steps them together anyway)");
+}
+
 void Scheduler::DecideLaneBatching() {
+  using Mode = ServerOptions::LaneBatching;
   std::string no_batching;
   if (options_.lane_count < 2) {
     no_batching = "one lane";
-  } else if (!options_.lane_batching) {
-    no_batching = "off (--lane-batching turns it on)";
+  } else if (options_.lane_batching == Mode::kOff) {
+    no_batching = "off (--lane-batching=off)";
+  } else if (options_.lane_batching == Mode::kAuto && !runtime::OneRowClass()) {
+    no_batching = "auto: " + lane_batching_json_["auto"].value("decided", std::string("off"));
   } else if (const auto rows = static_cast<uint32_t>(runtime::DecodeStepRows()) * options_.lane_count;
              rows > engine_->context().options().n_ubatch) {
     no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", rows, " rows, more than the batch of ",
@@ -233,7 +275,7 @@ void Scheduler::DecideLaneBatching() {
   lane_batching_json_["one_row_class"] = runtime::OneRowClass();
   if (!lane_batching_) {
     lane_batching_json_["reason"] = no_batching;
-    if (options_.lane_count >= 2 && options_.lane_batching) {
+    if (options_.lane_count >= 2 && options_.lane_batching == Mode::kOn) {
       std::fprintf(stderr, "skippy-server: lanes decode one at a time: %s\n", no_batching.c_str());
     }
   }

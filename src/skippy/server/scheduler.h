@@ -8,17 +8,20 @@
 // the lane's next step, so a first token does not wait for the other lanes once its prefill is
 // done. A prefill chunk is always a batch of its own lane.
 //
-// One lane at a time (the default; also one lane, and recurrent and hybrid models without the
-// one-row class): the engine thread admits queued jobs into free lanes at the start of each round
-// and after each lane's step within it (a job that finds a free lane starts after the step in
-// progress), and round-robins the busy lanes one step at a time, a new job's restore and first
-// chunk being one step. The price of a quick start is paid by lanes already decoding: a job that
-// starts between two of their tokens puts its restore and first chunk there.
+// One lane at a time (--lane-batching=off; auto where the one-row class makes a lone decode step
+// dearer; one lane; recurrent and hybrid models without the one-row class): the engine thread
+// admits queued jobs into free lanes at the start of each round and after each lane's step within
+// it (a job that finds a free lane starts after the step in progress), and round-robins the busy
+// lanes one step at a time, a new job's restore and first chunk being one step. The price of a
+// quick start is paid by lanes already decoding: a job that starts between two of their tokens
+// puts its restore and first chunk there.
 //
-// Lanes together (--lane-batching, when the model and build pass certify::CheckLaneBatching at
-// load): the generated tokens of the decoding lanes go into llama_decode calls of several lanes
-// (Engine::DecodeStep: one row per lane in the one-row class, a token and a pad row per lane
-// without it), in the groups that the steps measured at load make cheapest (DecodeGroups).
+// Lanes together (--lane-batching=on, or auto, the default, where a lone decode step in the
+// one-row class measured no dearer at load: DecideOneRowClass; either way only when the model and
+// build pass certify::CheckLaneBatching): the generated tokens of the decoding lanes go into
+// llama_decode calls of several lanes (Engine::DecodeStep: one row per lane in the one-row class,
+// a token and a pad row per lane without it), in the groups that the steps measured at load make
+// cheapest (DecodeGroups).
 // Each turn of the engine thread admits queued jobs and restores them, runs one prefill chunk
 // (the lane's with the fewest chunks left: NextPrefill), then steps every decoding lane once:
 // between two decode steps there is one chunk (plus the turn's restores, cache clears and
@@ -126,6 +129,10 @@ class Scheduler {
     size_t passed_over = 0;  // chunks given to other lanes since this lane's last (PrefillCandidate)
   };
 
+  // For --lane-batching=auto with 2+ lanes: measures a lone decode step with the one-row class and
+  // without (MeasureLoneStep) and keeps the class on only when it costs at most
+  // kLoneStepTolerance; runs right after the engine opens, before anything reads the classes.
+  void DecideOneRowClass();
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
   void DecideLaneBatching();
   // For a learned family (an architecture outside the family table): runs the certifier
@@ -179,6 +186,12 @@ class Scheduler {
   std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
   // A job waits for another lane's prefill only when that saves it at least this many tokens.
   static constexpr size_t kMinSharedPrefill = 64;
+  // --lane-batching=auto steps lanes together when a lone decode step in the one-row class takes at
+  // most this many times the default one (the median ratio of back-to-back pairs at startup). 3%
+  // is the parity bar Skippy holds its decode to against llama-server's, and above the pairs'
+  // spread on this machine's bench models; the classes' real differences are 4% (Gemma 3 270M
+  // Q4_K_M), 10% (Gemma3 F16) and 60% (SmolLM2 Q4_1), docs/evidence/one-row-class/.
+  static constexpr double kLoneStepTolerance = 1.03;
   std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
 
   mutable std::mutex mu_;

@@ -20,12 +20,16 @@ struct ServerOptions {
   // startup batch-split check proves it or turns the cache off.
   uint32_t min_exact_batch = 0;
   uint32_t lane_count = 1;          // --runtime-lane-count
-  // --lane-batching: decode the generated tokens of all busy lanes in one batch (Scheduler,
-  // Engine::DecodeStep) when the startup lane-batching check passes. skippy-server switches the
-  // one-row class on for it (runtime::OneRowClass): one row per lane, any model. Without that class
-  // (an older patched build), a pad row per lane, attention-only models. Off by default: a lone
-  // lane's decode costs more per token either way (docs/evidence/one-row-class/).
-  bool lane_batching = false;
+  // --lane-batching on|off|auto: decode the generated tokens of all busy lanes in one batch
+  // (Scheduler, Engine::DecodeStep) when the startup lane-batching check passes. That needs the
+  // patch series' one-row class (runtime::OneRowClass): one row per lane, any model; without the
+  // class (an older patched build) "on" falls back to a pad row per lane, attention-only models.
+  // The class makes a lone lane's decode step cost more on some models (docs/evidence/
+  // one-row-class/), so "auto" (the default, with 2+ lanes) measures a lone step with and without
+  // it at startup (MeasureLoneStep) and steps lanes together only where the class costs at most
+  // Scheduler::kLoneStepTolerance more; "on" steps them together whatever it costs, "off" never.
+  enum class LaneBatching { kOff, kOn, kAuto };
+  LaneBatching lane_batching = LaneBatching::kAuto;
   // --lane-groups: with lane batching, how the decoding lanes of a round are split into steps:
   // "measured" (by what a step of k lanes cost at load, DecodeGroups) or "all" (one step).
   bool lane_groups_measured = true;
