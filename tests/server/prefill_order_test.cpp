@@ -13,27 +13,50 @@ namespace {
 TEST(PrefillOrder, NothingToPrefill) { EXPECT_FALSE(NextPrefill({}, 8).has_value()); }
 
 TEST(PrefillOrder, AShortJobGoesBeforeALongOneAlreadyUnderWay) {
-  // A long cold prompt with 5 chunks left, a hit admitted after it with its suffix in one chunk.
-  const std::vector<PrefillCandidate> c = {{5, 0, 0}, {1, 1, 0}};
+  // A long cold prompt with 1,500 rows left, a hit admitted after it with a 20-row suffix.
+  const std::vector<PrefillCandidate> c = {{1500, 0, 0, 512}, {20, 1, 0, 20}};
+  EXPECT_EQ(NextPrefill(c, 8), 1u);
+}
+
+TEST(PrefillOrder, AHitGoesBeforeAColdPromptOfOneChunk) {
+  // Both are one chunk of 512; the hit's 15 rows go first although it came second.
+  const std::vector<PrefillCandidate> c = {{510, 0, 0, 510}, {15, 1, 0, 15}};
   EXPECT_EQ(NextPrefill(c, 8), 1u);
 }
 
 TEST(PrefillOrder, EqualJobsKeepTheOrderTheyCameIn) {
   // A burst of cold prompts: the first admitted finishes before the next one starts.
-  std::vector<PrefillCandidate> c = {{2, 7, 0}, {2, 5, 0}, {2, 6, 0}};
+  std::vector<PrefillCandidate> c = {{1000, 7, 0, 512}, {1000, 5, 0, 512}, {1000, 6, 0, 512}};
   EXPECT_EQ(NextPrefill(c, 8), 1u);
-  c[1].chunks_left = 1;
-  EXPECT_EQ(NextPrefill(c, 8), 1u) << "the lane under way has fewer chunks left";
+  c[1].rows_left = 488;
+  EXPECT_EQ(NextPrefill(c, 8), 1u) << "the lane under way has fewer rows left";
+  // Within a step of rows, the order of admission: 300 and 260 rows are both five steps of 64.
+  c = {{300, 1, 0, 300}, {260, 2, 0, 260}};
+  EXPECT_EQ(NextPrefill(c, 8), 0u);
 }
 
 TEST(PrefillOrder, ALanePassedOverLongEnoughGoesFirst) {
-  std::vector<PrefillCandidate> c = {{9, 0, 7}, {1, 3, 0}};
+  std::vector<PrefillCandidate> c = {{4000, 0, 7, 512}, {30, 3, 0, 30}};
   EXPECT_EQ(NextPrefill(c, 8), 1u);
   c[0].passed_over = 8;
   EXPECT_EQ(NextPrefill(c, 8), 0u) << "overdue";
   // Of two overdue lanes the first admitted goes first, whatever is left.
-  c = {{1, 4, 9}, {6, 2, 8}, {1, 0, 0}};
+  c = {{30, 4, 9, 30}, {3000, 2, 8, 512}, {30, 0, 0, 30}};
   EXPECT_EQ(NextPrefill(c, 8), 1u);
+}
+
+TEST(PrefillOrder, ATurnRunsShortChunksTogetherAndALongOneAlone) {
+  // Three hits' suffixes and a cold prompt: the suffixes fit one turn of 512 rows, in order (40
+  // and 15 rows are one step of 64, so they keep the order they came in).
+  const std::vector<PrefillCandidate> c = {{510, 0, 0, 510}, {40, 1, 0, 40}, {15, 2, 0, 15}, {90, 3, 0, 90}};
+  EXPECT_EQ(PrefillTurn(c, 8, 512), (std::vector<size_t>{1, 2, 3}));
+  // The cold prompt alone is the next turn; a first chunk larger than the budget still runs.
+  const std::vector<PrefillCandidate> cold = {{510, 0, 0, 510}};
+  EXPECT_EQ(PrefillTurn(cold, 8, 256), (std::vector<size_t>{0}));
+  // The first that does not fit ends the turn, even if a later one would.
+  const std::vector<PrefillCandidate> d = {{300, 0, 0, 300}, {250, 1, 0, 250}, {600, 2, 5, 100}};
+  EXPECT_EQ(PrefillTurn(d, 5, 512), (std::vector<size_t>{2, 1})) << "overdue first, then the fewest rows";
+  EXPECT_TRUE(PrefillTurn({}, 8, 512).empty());
 }
 
 // n tokens counting up from `first`.

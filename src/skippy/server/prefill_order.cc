@@ -8,7 +8,9 @@ std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, 
   auto before = [overdue](const PrefillCandidate& a, const PrefillCandidate& b) {
     const bool a_due = a.passed_over >= overdue, b_due = b.passed_over >= overdue;
     if (a_due != b_due) return a_due;
-    if (!a_due && a.chunks_left != b.chunks_left) return a.chunks_left < b.chunks_left;
+    const size_t a_steps = (a.rows_left + kRowsStep - 1) / kRowsStep;
+    const size_t b_steps = (b.rows_left + kRowsStep - 1) / kRowsStep;
+    if (!a_due && a_steps != b_steps) return a_steps < b_steps;
     return a.admitted < b.admitted;
   };
   std::optional<size_t> pick;
@@ -16,6 +18,22 @@ std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, 
     if (!pick || before(candidates[i], candidates[*pick])) pick = i;
   }
   return pick;
+}
+
+std::vector<size_t> PrefillTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t budget_rows) {
+  std::vector<PrefillCandidate> left(candidates.begin(), candidates.end());
+  std::vector<size_t> index(candidates.size());
+  for (size_t i = 0; i < index.size(); ++i) index[i] = i;
+  std::vector<size_t> turn;
+  size_t rows = 0;
+  while (const std::optional<size_t> pick = NextPrefill(left, overdue)) {
+    if (!turn.empty() && rows + left[*pick].next_rows > budget_rows) break;
+    rows += left[*pick].next_rows;
+    turn.push_back(index[*pick]);
+    left.erase(left.begin() + static_cast<ptrdiff_t>(*pick));
+    index.erase(index.begin() + static_cast<ptrdiff_t>(*pick));
+  }
+  return turn;
 }
 
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,

@@ -1,14 +1,22 @@
-// Prefill order: which lane's prefill chunk runs next when lanes decode together
-// (--lane-batching, Scheduler::StepTogether runs one chunk between two steps of the decoding lanes),
-// and whether a job waits, before its restore, for another lane to compute a prefix they share.
+// Prefill order: which lanes' prefill chunks run between two steps of the decoding lanes
+// (--lane-batching, Scheduler::StepTogether), and whether a job waits, before its restore, for
+// another lane to compute a prefix they share.
 //
-// Rule: the lane with the fewest chunks left goes first, the first admitted of equals; a lane that
-// has been passed over `overdue` times in a row goes before the others (the first admitted of
-// those). Fewest chunks left: a hit's suffix or a short prompt does not wait for a long prefill,
-// and of a burst of cold prompts the first admitted gets its first token first instead of all of
-// them last, as they would taking turns. Chunks, not tokens: jobs of about the same size keep the
-// order they came in, so clients that come back apart stay apart. Passed over: a long prompt is
-// not starved by a stream of short ones.
+// Rule: the lane with the fewest rows left to prefill goes first, counted in steps of
+// kRowsStep (jobs within a step of each other keep the order they were admitted in); a lane that
+// has been passed over `overdue` chunks in a row goes before the others (the first admitted of
+// those). Fewest rows left: a hit's suffix or a short prompt does not wait for a long prefill,
+// not even for a cold prompt of one chunk (a 15-row suffix and a 510-row prompt are both one
+// chunk of 512), and of a burst of cold prompts the first admitted gets its first token first
+// instead of all of them last, as they would taking turns. In steps, not single rows: jobs of
+// about the same size keep the order they came in, so clients that come back apart stay apart.
+// Passed over: a long prompt is not starved by a stream of short ones.
+//
+// Between two decode steps the chunks run in that order up to a budget of rows (the
+// --prefill-chunk size): at least one chunk, then the next ones while they fit (PrefillTurn), so
+// the short suffixes of several hits go in one turn, and one long chunk takes a turn alone; the
+// decoding lanes wait for at most about one chunk's worth of prefill between two of their tokens,
+// as in chunked-prefill schedulers (Sarathi-Serve's token budget).
 //
 // Shared prefill: jobs that arrive together with a prefix in common (one system prompt, one
 // document, the same prompt retried) all miss, since nothing is recorded until a lane has computed
@@ -33,17 +41,27 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace skippy::server {
 
 struct PrefillCandidate {
-  size_t chunks_left = 0;   // prefill chunks still to run (at least 1)
+  size_t rows_left = 0;     // prompt rows still to prefill (at least 1)
   uint64_t admitted = 0;    // admission order: lower came first
   size_t passed_over = 0;   // chunks given to other lanes since this lane's last one
+  size_t next_rows = 0;     // rows of its next chunk (PrefillTurn's budget)
 };
+
+// Rows left are compared in steps of this many (see the rule above).
+inline constexpr size_t kRowsStep = 64;
 
 // The index in `candidates` of the lane whose chunk runs next; nullopt when there is none.
 std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, size_t overdue);
+
+// The lanes (indices in `candidates`) whose next chunks run in one turn, in order: NextPrefill's
+// order, the first always, then each next one while the turn's rows stay within `budget_rows`
+// (the first that does not fit ends the turn). Empty when there is no candidate.
+std::vector<size_t> PrefillTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t budget_rows);
 
 // A job whose prefill is under way: begun (restored), its first token not out yet.
 struct InFlightPrefill {

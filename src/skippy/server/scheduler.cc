@@ -445,20 +445,21 @@ void Scheduler::StepTogether() {
     const auto id = static_cast<int32_t>(i);
     if (!FinishIfCancelled(id) && !WaitsForSharedPrefill(id)) StartJob(id);
   }
-  // One prefill chunk, chosen by NextPrefill.
+  // Prefill chunks up to a chunk's worth of rows, in PrefillTurn's order.
   std::vector<PrefillCandidate> candidates;
   std::vector<size_t> prefilling;
   for (size_t i = 0; i < n; ++i) {
     const Lane& l = lanes_[i];
     // A lane waiting for its turn is freed as soon as its client goes away.
     if (!l.job || l.phase != Phase::kPrefill || FinishIfCancelled(static_cast<int32_t>(i))) continue;
-    candidates.push_back({l.chunk_ends.size() - l.next_chunk, l.admitted, l.passed_over});
+    candidates.push_back({l.job->prompt().tokens.size() - l.pos, l.admitted, l.passed_over,
+                          l.chunk_ends[l.next_chunk] - l.pos});
     prefilling.push_back(i);
   }
-  if (const std::optional<size_t> pick = NextPrefill(candidates, 2 * n)) {
+  for (const size_t pick : PrefillTurn(candidates, 2 * n, options_.prefill_chunk)) {
     for (size_t i : prefilling) ++lanes_[i].passed_over;
-    lanes_[prefilling[*pick]].passed_over = 0;
-    Step(static_cast<int32_t>(prefilling[*pick]));
+    lanes_[prefilling[pick]].passed_over = 0;
+    Step(static_cast<int32_t>(prefilling[pick]));
   }
   // Then one token for every decoding lane, the lane that has just sampled its first token too.
   std::vector<int32_t> decoding;

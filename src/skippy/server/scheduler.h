@@ -22,10 +22,11 @@
 // llama_decode calls of several lanes (Engine::DecodeStep: one row per lane in the one-row class,
 // a token and a pad row per lane without it), in the groups that the steps measured at load make
 // cheapest (DecodeGroups).
-// Each turn of the engine thread admits queued jobs and restores them, runs one prefill chunk
-// (the lane's with the fewest chunks left: NextPrefill), then steps every decoding lane once:
-// between two decode steps there is one chunk (plus the turn's restores, cache clears and
-// record exports), as in chunked-prefill schedulers.
+// Each turn of the engine thread admits queued jobs and restores them, runs prefill chunks up to
+// one chunk's worth of rows (--prefill-chunk; at least one chunk, the lanes with the fewest rows
+// left first: PrefillTurn), then steps every decoding lane once: between two decode steps there
+// is about one chunk of prefill (plus the turn's restores, cache clears and record exports), as
+// in chunked-prefill schedulers with a token budget.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
@@ -140,9 +141,9 @@ class Scheduler {
   // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
   std::string CertifyLearnedFamily();
   void Loop();
-  // With lane_batching_: restores every admitted job, runs one prefill chunk (NextPrefill, a lane
-  // overdue after 2 * lane_count chunks of others), then one token for every decoding lane in
-  // DecodeGroups.
+  // With lane_batching_: restores every admitted job, runs the turn's prefill chunks (PrefillTurn
+  // within prefill_chunk rows, a lane overdue after 2 * lane_count chunks of others), then one
+  // token for every decoding lane in DecodeGroups.
   void StepTogether();
   // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
   std::vector<int32_t> AdmitLocked();
