@@ -401,7 +401,8 @@ TEST(LaneBatching, AutoDecidesOnTheMeasuredLoneStep) {
   EXPECT_EQ(lanes.value("mode", ""), "auto") << lanes.dump();
   const json measured = lanes["auto"];
   ASSERT_TRUE(measured.contains("ratio")) << lanes.dump();
-  EXPECT_GT(measured.value("context", 0), 64) << "the lane holds a context before the measured steps";
+  // The fill stops after a second of prefill (a sanitizer build may reach only its first chunk).
+  EXPECT_GE(measured.value("context", 0), 64) << "the lane holds a context before the measured steps";
   EXPECT_EQ(measured.value("pairs", 0), 7);
   EXPECT_GT(measured.value("one_row_class_ms", 0.0), 0);
   EXPECT_GT(measured.value("default_ms", 0.0), 0);

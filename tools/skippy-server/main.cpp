@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
   app.add_option("--api-key", api_keys, "API key, repeatable; KEY:NAMESPACE puts the key's requests in a cache namespace");
   std::string lane_batching = "auto";
   app.add_flag("--lane-batching{on}", lane_batching,
-               "on | off | auto (--lane-batching alone: on). Decode the lanes' generated tokens in one batch; answers "
+               "--lane-batching=on|off|auto (--lane-batching alone: on). Decode the lanes' generated tokens in one batch; answers "
                "do not depend on the other lanes: every batch size is one class with the patch series' one-row class, "
                "a pad row per lane without it (proved at startup). auto, the default with 2+ lanes: only in the "
-               "one-row class, and only where a lone decode step measured at startup costs no more than 3% in it; "
-               "on: whatever a lone step costs; off: one lane at a time")
+               "one-row class, and only where a lone decode step measured at startup costs no more than 3% in it "
+               "(or where --one-row-class is given); on: whatever a lone step costs; off: one lane at a time")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   std::string lane_groups = "measured";
   app.add_option("--lane-groups", lane_groups,
@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
                "compute a lone row (a decode step) in the batch kernels' class too (the patch series' one-row "
                "class): a generated token's KV is then a prompt token's, so a lane keeps an answer and records it "
                "with its prompt for the conversation's next turn; a lone decode step costs more on some models "
-               "(implied by --lane-batching with 2+ lanes)");
+               "(implied by --lane-batching=on with 2+ lanes; with 2+ lanes and --lane-batching=auto the lanes then step "
+               "together)");
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   bool stock_kernels = false;
   app.add_flag("--no-batch-invariant", stock_kernels,

@@ -35,9 +35,12 @@ bool BatchInvariant();
 // tinyBLAS for float weights, flash attention's tiled path), so every batch size is one class and
 // a token decoded alone gets the bits it gets in any batch. What lets lanes decode together in one
 // llama_decode without pad rows (Engine::DecodeStep). Off by default: it makes a lone decode step
-// slower (measured per format in docs/evidence/one-row-class/). Same rules as above: process-wide,
-// set before contexts exist; SetOneRowClass returns false, changing nothing, when the loaded
-// libggml-cpu lacks it.
+// slower on some models and CPUs and faster on others (docs/evidence/one-row-class/,
+// docs/evidence/lane-batching-auto/). Process-wide and read when llama.cpp plans a graph (every
+// decode), so it may change between two decodes of a context (server::MeasureLoneStep times both
+// classes that way), but it must be settled before a context computes anything that is kept: KV
+// that is served, records, the startup checks. SetOneRowClass returns false, changing nothing,
+// when the loaded libggml-cpu lacks it.
 bool OneRowClassAvailable();
 bool SetOneRowClass(bool on);
 bool OneRowClass();

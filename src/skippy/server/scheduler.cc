@@ -227,15 +227,38 @@ void Scheduler::DecideOneRowClass() {
   const bool cheap = cost->ratio <= kLoneStepTolerance;
   lane_batching_json_["auto"] = cost->ToJson();
   lane_batching_json_["auto"]["tolerance"] = kLoneStepTolerance;
-  lane_batching_json_["auto"]["decided"] =
+  std::string decided =
       cheap ? "the one-row class costs a lone step no more than the tolerance: lanes step together"
             : "the one-row class costs a lone step more than the tolerance: lanes decode one at a time";
-  if (cheap) runtime::SetOneRowClass(true);
+  if (cheap) {
+    // The class only for lanes that can step together: nothing has read the classes yet, so a
+    // failed check can still take it back.
+    runtime::SetOneRowClass(true);
+    lane_check_done_ = true;
+    if (std::string blocker = WhyLanesCannotStepTogether(); !blocker.empty()) {
+      runtime::SetOneRowClass(false);
+      decided = StrCat("the one-row class is cheap, but ", blocker, ": lanes decode one at a time");
+    }
+  }
+  lane_batching_json_["auto"]["decided"] = decided;
   std::fprintf(stderr,
                "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it (%.3fx, "
-               "%zu tokens of context): lanes %s\n",
-               cost->class_ms, cost->default_ms, cost->ratio, cost->context,
-               cheap ? "step together" : "decode one at a time (--lane-batching=on steps them together anyway)");
+               "%zu tokens of context): %s\n",
+               cost->class_ms, cost->default_ms, cost->ratio, cost->context, decided.c_str());
+}
+
+std::string Scheduler::WhyLanesCannotStepTogether() {
+  const auto rows = static_cast<uint32_t>(runtime::DecodeStepRows()) * options_.lane_count;
+  if (rows > engine_->context().options().n_ubatch) {
+    return StrCat("a step of ", options_.lane_count, " lanes needs ", rows, " rows, more than the batch of ",
+                  engine_->context().options().n_ubatch);
+  }
+  if (!engine_->CanDecodeSteps()) return "recurrent state cannot drop a pad row";
+  auto check = certify::CheckLaneBatching(*engine_, 0, 1);
+  if (!check.ok()) return StrCat("the lane-batching check could not run: ", check.status().message());
+  lane_batching_json_["check"] = check->ToJson();
+  if (!check->pass) return "the lane-batching check failed: a lane's logits depend on the lanes beside it";
+  return "";
 }
 
 void Scheduler::DecideLaneBatching() {
@@ -247,17 +270,10 @@ void Scheduler::DecideLaneBatching() {
     no_batching = "off (--lane-batching=off)";
   } else if (options_.lane_batching == Mode::kAuto && !runtime::OneRowClass()) {
     no_batching = "auto: " + lane_batching_json_["auto"].value("decided", std::string("off"));
-  } else if (const auto rows = static_cast<uint32_t>(runtime::DecodeStepRows()) * options_.lane_count;
-             rows > engine_->context().options().n_ubatch) {
-    no_batching = StrCat("a step of ", options_.lane_count, " lanes needs ", rows, " rows, more than the batch of ",
-                         engine_->context().options().n_ubatch);
-  } else if (!engine_->CanDecodeSteps()) {
-    no_batching = "recurrent state cannot drop a pad row";
-  } else if (auto check = certify::CheckLaneBatching(*engine_, 0, 1); !check.ok()) {
-    no_batching = StrCat("the lane-batching check could not run: ", check.status().message());
-  } else {
-    lane_batching_json_["check"] = check->ToJson();
-    if (!check->pass) no_batching = "the lane-batching check failed: a lane's logits depend on the lanes beside it";
+  } else if (!lane_check_done_) {
+    // "on", or "auto" with the class asked for (--one-row-class: its lone-step price is paid
+    // already, so stepping together only gains).
+    no_batching = WhyLanesCannotStepTogether();
   }
   if (no_batching.empty() && options_.lane_groups_measured) {
     // Which lanes step together is free (every split is exact): split by what steps cost here.

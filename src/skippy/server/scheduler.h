@@ -136,6 +136,10 @@ class Scheduler {
   void DecideOneRowClass();
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
   void DecideLaneBatching();
+  // Why lanes cannot step together in the batch classes now in force ("" when they can): too many
+  // rows for a ubatch, recurrent state with pad rows, or certify::CheckLaneBatching failing (its
+  // report goes to lane_batching_json_["check"]).
+  std::string WhyLanesCannotStepTogether();
   // For a learned family (an architecture outside the family table): runs the certifier
   // (certify::RunStateHandoff) on the model with the server's settings and enables the family on
   // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
@@ -182,6 +186,7 @@ class Scheduler {
   std::string model_name_;
   std::atomic<bool> ready_{false};
   bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)
+  bool lane_check_done_ = false;  // DecideOneRowClass ran WhyLanesCannotStepTogether
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
   std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
@@ -189,9 +194,9 @@ class Scheduler {
   static constexpr size_t kMinSharedPrefill = 64;
   // --lane-batching=auto steps lanes together when a lone decode step in the one-row class takes at
   // most this many times the default one (the median ratio of back-to-back pairs at startup). 3%
-  // is the parity bar Skippy holds its decode to against llama-server's, and above the pairs'
-  // spread on this machine's bench models; the classes' real differences are 4% (Gemma 3 270M
-  // Q4_K_M), 10% (Gemma3 F16) and 60% (SmolLM2 Q4_1), docs/evidence/one-row-class/.
+  // is the parity bar Skippy holds its decode to against llama-server's. The ratios measured per
+  // model and CPU run from 0.65 to 1.34 (docs/evidence/lane-batching-auto/); a model within about
+  // 3% of the tolerance (Gemma3 Q4_K_M there) can decide either way from one start to the next.
   static constexpr double kLoneStepTolerance = 1.03;
   std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
 
