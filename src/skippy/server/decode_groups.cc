@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "skippy/certify/state_handoff.h"
+#include "skippy/common/stats.h"
 #include "skippy/runtime/llama_backend.h"
 
 namespace skippy::server {
@@ -43,16 +44,6 @@ StatusOr<DecodeStepCosts> Measure(runtime::Engine& engine, size_t max_rows, size
     }
   }
   return costs;
-}
-
-double MsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 StatusOr<LoneStepCost> MeasureLone(runtime::Engine& engine, size_t max_context, double fill_budget_ms, size_t pairs) {

@@ -4,34 +4,40 @@
 
 namespace skippy::server {
 
+namespace {
+
+// NextPrefill's order: overdue lanes first (first admitted of those), then the fewest steps of
+// kRowsStep rows left, then the first admitted. A strict weak order (admissions are distinct).
+bool Before(const PrefillCandidate& a, const PrefillCandidate& b, size_t overdue) {
+  const bool a_due = a.passed_over >= overdue, b_due = b.passed_over >= overdue;
+  if (a_due != b_due) return a_due;
+  const size_t a_steps = (a.rows_left + kRowsStep - 1) / kRowsStep;
+  const size_t b_steps = (b.rows_left + kRowsStep - 1) / kRowsStep;
+  if (!a_due && a_steps != b_steps) return a_steps < b_steps;
+  return a.admitted < b.admitted;
+}
+
+}  // namespace
+
 std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, size_t overdue) {
-  auto before = [overdue](const PrefillCandidate& a, const PrefillCandidate& b) {
-    const bool a_due = a.passed_over >= overdue, b_due = b.passed_over >= overdue;
-    if (a_due != b_due) return a_due;
-    const size_t a_steps = (a.rows_left + kRowsStep - 1) / kRowsStep;
-    const size_t b_steps = (b.rows_left + kRowsStep - 1) / kRowsStep;
-    if (!a_due && a_steps != b_steps) return a_steps < b_steps;
-    return a.admitted < b.admitted;
-  };
   std::optional<size_t> pick;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!pick || before(candidates[i], candidates[*pick])) pick = i;
+    if (!pick || Before(candidates[i], candidates[*pick], overdue)) pick = i;
   }
   return pick;
 }
 
 std::vector<size_t> PrefillTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t budget_rows) {
-  std::vector<PrefillCandidate> left(candidates.begin(), candidates.end());
-  std::vector<size_t> index(candidates.size());
-  for (size_t i = 0; i < index.size(); ++i) index[i] = i;
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return Before(candidates[a], candidates[b], overdue); });
   std::vector<size_t> turn;
   size_t rows = 0;
-  while (const std::optional<size_t> pick = NextPrefill(left, overdue)) {
-    if (!turn.empty() && rows + left[*pick].next_rows > budget_rows) break;
-    rows += left[*pick].next_rows;
-    turn.push_back(index[*pick]);
-    left.erase(left.begin() + static_cast<ptrdiff_t>(*pick));
-    index.erase(index.begin() + static_cast<ptrdiff_t>(*pick));
+  for (const size_t i : order) {
+    if (!turn.empty() && rows + candidates[i].next_rows > budget_rows) break;
+    rows += candidates[i].next_rows;
+    turn.push_back(i);
   }
   return turn;
 }
