@@ -195,8 +195,9 @@ class Scheduler {
   // --lane-batching=auto steps lanes together when a lone decode step in the one-row class takes at
   // most this many times the default one (the median ratio of back-to-back pairs at startup). 3%
   // is the parity bar Skippy holds its decode to against llama-server's. The ratios measured per
-  // model and CPU run from 0.65 to 1.34 (docs/evidence/lane-batching-auto/); a model within about
-  // 3% of the tolerance (Gemma3 Q4_K_M there) can decide either way from one start to the next.
+  // model and CPU run from 0.58 to 1.34 (docs/evidence/lane-batching-auto/); a model within about
+  // 3% of the tolerance (Gemma3 Q4_K_M and DeepSeek2 F16 there) can decide either way from one
+  // start to the next.
   static constexpr double kLoneStepTolerance = 1.03;
   std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
 
