@@ -49,8 +49,10 @@ class FakeBackend final : public LaneBackend {
     l.recurrent = Chain(tokens, l.recurrent);
   }
   // What a one-row decode step does (a generated token): its cell and the state after it are of
-  // another batch class than a prompt row's, which the fake marks (a negative cell, a tainted chain).
+  // another batch class than a prompt row's, which the fake marks (a negative cell, a tainted chain),
+  // except with a smallest exact batch of 1 (the one-row class), where they are a prompt row's.
   void AppendDecoded(int32_t lane, Token t) {
+    if (f_.min_exact_batch == 1) return Append(lane, std::span(&t, 1));
     Lane& l = lanes_[lane];
     l.kv.push_back(-1 - t);
     l.recurrent = Chain(std::span(&t, 1), l.recurrent) ^ kDecodedTaint;

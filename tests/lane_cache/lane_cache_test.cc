@@ -729,6 +729,77 @@ TEST(AnswerPrefill, AChatAnswerIsDroppedWhereItsNextTurnDoesNotStartWithThePromp
   }
 }
 
+// In the one-row class (smallest exact batch 1) a lane keeps its answer as decoded and records the
+// exchange when the job finishes. Where the next turn holds other tokens after the prompt (a reply
+// that tokenizes otherwise, the template's end of turn and next header), idle work asks it once
+// and prefills the difference: a dense lane is cut back to where the two part; a hybrid lane
+// prefills on from all it holds when the next turn extends it, else gets the prompt end's recurrent
+// state back first. Where the next turn holds just the answer, or is not known, nothing is done.
+TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextTurnHoldsBesides) {
+  const auto prompt = Seq(1, 100), answer = Seq(5000, 21);
+  struct Case {
+    const char* name;
+    std::vector<Token> after_prompt;  // what the next turn holds after the prompt
+    size_t prefilled;                 // rows the idle work computes (dense)
+  };
+  const Case cases[] = {
+      {"the template's end of turn and header after the answer", Cat(answer, Seq(9900, 5)), 5},
+      {"a reply that tokenizes otherwise from its 16th token", Cat(Seq(5000, 15), Seq(7000, 8)), 8},
+  };
+  for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
+    for (const Case& k : cases) {
+      SCOPED_TRACE(std::string(kind == Kind::kDense ? "dense: " : "hybrid: ") + k.name);
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      int asked = 0;
+      RunTurn(*c, b, 0, prompt, answer, {}, "", [&]() -> std::optional<std::vector<Token>> {
+        ++asked;
+        return Cat(prompt, k.after_prompt);
+      });
+      EXPECT_EQ(b.kv(0), Cat(prompt, answer)) << "the lane keeps the answer as decoded";
+      EXPECT_EQ(c->Stats().answer_records, 1u) << "the exchange is recorded as the job finishes";
+      EXPECT_EQ(asked, 0) << "asked in idle time, not when the job finishes";
+      EXPECT_EQ(c->Stats().answers_pending, 1u);
+      const int onto = b.onto_restores();
+      Idle(*c, 64);
+      EXPECT_EQ(asked, 1);
+      EXPECT_EQ(c->Stats().answers_pending, 0u);
+      EXPECT_EQ(b.kv(0), Cat(prompt, k.after_prompt));
+      if (kind == Kind::kDense) {
+        EXPECT_EQ(c->Stats().answer_prefill_tokens, k.prefilled);
+      } else {
+        EXPECT_EQ(b.recurrent(0), FakeBackend::Chain(Cat(prompt, k.after_prompt))) << "the state is a recompute's";
+        const bool extends = k.after_prompt.size() > answer.size() &&
+                             std::equal(answer.begin(), answer.end(), k.after_prompt.begin());
+        EXPECT_EQ(b.onto_restores(), onto + (extends ? 0 : 1));
+        EXPECT_EQ(c->Stats().answer_prefill_tokens, extends ? k.prefilled : k.after_prompt.size());
+      }
+      EXPECT_EQ(c->Stats().answer_records, 2u);
+      EXPECT_EQ(c->Stats().answers_dropped, 0u);
+      const size_t n = prompt.size() + k.after_prompt.size();
+      ExpectRestored(NextTurn(*c, b, 0, prompt, k.after_prompt), n, "lane");
+      ExpectRestored(NextTurn(*c, b, 1, prompt, k.after_prompt, 8000), n, "memory");
+      ExpectConsistent(*c);
+    }
+  }
+  for (const bool known : {true, false}) {
+    SCOPED_TRACE(known ? "the next turn holds just the answer" : "the next turn is not known");
+    FakeBackend b(Kind::kDense, 2, /*min_batch=*/1);
+    auto c = Make(b, AnswerPrefill());
+    RunTurn(*c, b, 0, prompt, answer, {}, "", [&]() -> std::optional<std::vector<Token>> {
+      if (!known) return std::nullopt;
+      return Cat(prompt, answer);
+    });
+    ASSERT_TRUE(c->HasIdleWork());
+    const int before = b.prefills();
+    EXPECT_EQ(Idle(*c, 64), 1);
+    EXPECT_EQ(b.prefills(), before);
+    EXPECT_EQ(b.kv(0), Cat(prompt, answer));
+    EXPECT_EQ(c->Stats().answer_records, 1u);
+    EXPECT_EQ(c->Stats().answers_dropped, 0u);
+  }
+}
+
 // A tier eviction that reaches an entry a lookup has pinned: the entry goes once the pin is
 // dropped, and its payload is not given back twice.
 TEST(Recorder, TierEvictionOfAPinnedEntryFreesItOnRelease) {

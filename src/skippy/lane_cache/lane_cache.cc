@@ -129,6 +129,7 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   held_[static_cast<size_t>(lane)] = Held{};
   const RestoreOutcome r = restorer_.Restore(*strategy_, lane, job, Match(held, job));
   if (!held.answer.empty() && !Continues(job, held)) Defer(std::move(held), lane);
+  counters_.answers_pending = PendingAnswers();
   job.plan = PlanPrefill(policy_, prompt.size(), message_ends, job.classes, r.restored, r.branch);
   job.prompt_end_pending = job.records && r.decoded == nullptr;
   JobStart start;
@@ -265,6 +266,13 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
       // answer while only the prompt is held; it serves only a prompt that extends all it holds.
       keep = backend_.SequenceLength(lane) >= n;
     }
+    if (keep && with_answer && options_.answer_prefill && job.records && next_turn) {
+      // Whether the next turn holds the answer as decoded is asked in idle time (PrefillAnswer).
+      held.answer_from = static_cast<size_t>(n);
+      held.answer_at = finishes_ + 1;  // this Finish's
+      held.answer_kept = true;
+      held.next_turn = std::move(next_turn);
+    }
     if (keep && answer_later) {
       held.answer.assign(generated.begin(), generated.end());
       held.answer_from = static_cast<size_t>(n);
@@ -283,6 +291,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
   LaneEvent(lane, job.scope.cache_namespace, keep ? held.tokens : std::vector<Token>{});
   finished_at_[static_cast<size_t>(lane)] = ++finishes_;
   job = LaneJob{};
+  counters_.answers_pending = PendingAnswers();
 }
 
 void LaneCache::LaneEvent(int32_t lane, const std::string& cache_namespace, std::span<const Token> tokens) {
@@ -342,18 +351,27 @@ std::deque<LaneCache::DeferredAnswer>::iterator LaneCache::OldestDeferred() {
                           [](const DeferredAnswer& a, const DeferredAnswer& b) { return a.at < b.at; });
 }
 
-bool LaneCache::HasIdleWork() const {
-  return !deferred_.empty() ||
-         std::any_of(held_.begin(), held_.end(), [](const Held& h) { return !h.answer.empty(); });
+bool LaneCache::HasIdleWork() const { return PendingAnswers() > 0; }
+
+size_t LaneCache::PendingAnswers() const {
+  return deferred_.size() + static_cast<size_t>(std::count_if(held_.begin(), held_.end(), [](const Held& h) {
+           return !h.answer.empty() || h.answer_kept;
+         }));
 }
 
 void LaneCache::IdleStep(size_t max_rows) {
+  IdleWork(max_rows);
+  counters_.answers_pending = PendingAnswers();
+}
+
+void LaneCache::IdleWork(size_t max_rows) {
   if (std::any_of(jobs_.begin(), jobs_.end(), [](const LaneJob& j) { return j.active; })) return;
   max_rows = std::max(max_rows, 2 * MinBatch());
   // The oldest answer first: its conversation is the likeliest to come back next.
   int32_t lane = -1;
   for (size_t i = 0; i < held_.size(); ++i) {
-    if (!held_[i].answer.empty() && (lane < 0 || held_[i].answer_at < held_[static_cast<size_t>(lane)].answer_at)) {
+    const bool work = !held_[i].answer.empty() || held_[i].answer_kept;
+    if (work && (lane < 0 || held_[i].answer_at < held_[static_cast<size_t>(lane)].answer_at)) {
       lane = static_cast<int32_t>(i);
     }
   }
@@ -425,11 +443,46 @@ Status LaneCache::RewindToPrompt(int32_t lane, const Held& held) {
   return restorer_.RestoreRecurrentOnto(m.entry, lane, held.tokens.size());
 }
 
+bool LaneCache::KeptAnswerToPrefill(int32_t lane, Held& held) {
+  held.answer_kept = false;
+  const size_t from = held.answer_from;
+  const std::span<const Token> kept = std::span(held.tokens).subspan(from);
+  std::vector<Token> next(kept.begin(), kept.end());
+  // A next turn that does not continue the prompt (or is not known) leaves the exchange as recorded.
+  if (!Predict(std::span(held.tokens).first(from), next, held.next_turn)) return false;
+  const size_t common = static_cast<size_t>(std::mismatch(kept.begin(), kept.end(), next.begin(), next.end()).first - kept.begin());
+  if (common == next.size()) return false;  // the lane holds all of it
+  const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
+  if (dense || common == kept.size()) {
+    // Any cut is exact in the one-row class; a hybrid lane goes on only from all it holds.
+    if (dense) {
+      if (Status s = backend_.Truncate(lane, static_cast<int32_t>(from + common));
+          !s.ok() || backend_.SequenceLength(lane) != static_cast<int32_t>(from + common)) {
+        Warn("answer prefill: cut back", s.ok() ? absl::InternalError("the lane holds another length") : s);
+        (void)backend_.Clear(lane);
+        held = Held{};
+        ++counters_.answers_dropped;
+        return false;
+      }
+    }
+    held.tokens.resize(from + common);
+    held.answer.assign(next.begin() + static_cast<ptrdiff_t>(common), next.end());
+  } else {
+    // The prompt end's recurrent state comes back from its entry first (PrefillAnswer).
+    held.tokens.resize(from);
+    held.answer = std::move(next);
+    held.answer_decoded = true;
+  }
+  held.classes = cache::BatchClasses::Of(held.tokens.size(), {}, MinBatch());
+  return true;
+}
+
 void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
   Held& held = held_[static_cast<size_t>(lane)];
   // A Clear since the job: its records would be unreachable.
   if (!TenantOf(held.cache_namespace)) {
     held.answer.clear();
+    held.answer_kept = false;
     ++counters_.answers_dropped;
     return;
   }
@@ -439,6 +492,7 @@ void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
     held = Held{};
     ++counters_.answers_dropped;
   };
+  if (held.answer_kept && !KeptAnswerToPrefill(lane, held)) return;
   if (!Predict(held.tokens, held.answer, held.next_turn)) {
     // A hybrid lane keeps its decoded rows, as without idle work.
     held.answer.clear();
@@ -517,6 +571,7 @@ LaneCacheStats LaneCache::Stats() const {
   s.answer_records = counters_.answer_records.load();
   s.answer_prefill_tokens = counters_.answer_prefill_tokens.load();
   s.answers_dropped = counters_.answers_dropped.load();
+  s.answers_pending = counters_.answers_pending.load();
   s.recurrent_onto_hits = counters_.recurrent_onto_hits.load();
   s.disk_hits = counters_.disk_hits.load();
   s.shared_hits = counters_.shared_hits.load();

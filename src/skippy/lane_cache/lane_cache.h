@@ -25,7 +25,12 @@
 //        a token decoded alone is computed as a prompt row) a dense or hybrid lane also keeps
 //        the generated tokens decoded into it and records them with the prompt as an entry, so a
 //        conversation's next turn restores the previous answer too, on any lane (a hybrid lane
-//        itself serves only a prompt that extends everything it holds).
+//        itself serves only a prompt that extends everything it holds). Where the scheduler
+//        knows what the next turn will hold (NextTurnFn, below) and that differs from the tokens
+//        decoded (a reply that tokenizes otherwise when the client sends it back, a chat
+//        template's end of turn and next header), idle work prefills the difference: a dense lane
+//        is cut back to where the two part, a hybrid lane gets the prompt end's recurrent state
+//        back from its entry unless the next turn extends all it holds.
 //
 // and, between jobs, idle work (options.answer_prefill):
 //
@@ -193,6 +198,9 @@ class LaneCache {
     size_t answer_from = 0;  // where the answer starts in tokens + answer (the prompt's length)
     uint64_t answer_at = 0;  // finishes_ when its job finished (oldest answers go first)
     bool answer_decoded = false;
+    // With a smallest exact batch of 1: `tokens` holds the prompt and the answer as decoded (prompt
+    // KV, recorded), and next_turn has not been asked whether the next turn holds them too.
+    bool answer_kept = false;
     NextTurnFn next_turn;  // not asked yet: `answer` is the generated tokens, none prefilled
   };
   // An answer whose lane another conversation took before it was prefilled: the prompt's entry is
@@ -213,6 +221,13 @@ class LaneCache {
   // Asks next_turn (once) for the tokens after `prompt` to prefill as its answer; false when the
   // next turn does not start with the prompt or leaves less than a batch after it.
   bool Predict(std::span<const Token> prompt, std::vector<Token>& answer, NextTurnFn& next_turn) const;
+  // For a Held::answer_kept lane: asks the next turn and, where it holds other tokens after the
+  // prompt than the lane, sets `held` up for PrefillAnswer to compute them (cutting a dense lane back
+  // to where the two part); false when there is nothing to prefill.
+  bool KeptAnswerToPrefill(int32_t lane, Held& held);
+  // IdleStep's work; answers (held or deferred) still to prefill or check.
+  void IdleWork(size_t max_rows);
+  size_t PendingAnswers() const;
   // A deferred answer into a lane: its prompt's entry imported, the answer to prefill held.
   Status Resume(DeferredAnswer& d);
   LaneHeld Match(const Held& held, const LaneJob& job) const;

@@ -22,6 +22,8 @@ struct LaneCacheCounters {
   std::atomic<uint64_t> answers_dropped{0};     // answers never prefilled: the deferred queue was full, a
                                                 // Clear came, the prompt's entry was gone, a batch failed,
                                                 // the next turn worked out would not start with the prompt
+  std::atomic<uint64_t> answers_pending{0};     // now, not cumulative: answers idle work has yet to
+                                                // prefill or check against their next turn
   std::atomic<uint64_t> record_skips{0};        // records not made (full, present, failed export)
   std::atomic<uint64_t> evictions{0};           // entries dropped for a cap
   std::atomic<uint64_t> stored_hits{0};         // restores imported from the payload tier
@@ -39,7 +41,7 @@ struct LaneCacheStats {
   std::string tier_name;
   cache::TierUsage tier;
   uint64_t records = 0, answer_records = 0, record_skips = 0, evictions = 0;
-  uint64_t answer_prefill_tokens = 0, answers_dropped = 0;
+  uint64_t answer_prefill_tokens = 0, answers_dropped = 0, answers_pending = 0;
   uint64_t stored_hits = 0, lane_hits = 0, recurrent_onto_hits = 0, disk_hits = 0, shared_hits = 0;
   std::optional<cache::DiskTierStats> disk;      // with a disk tier
   std::optional<cache::SharedTierStats> shared;  // with a shared tier

@@ -74,6 +74,7 @@ nlohmann::json CacheStatsJson(const lane_cache::LaneCacheStats& s) {
       {"answer_records", s.answer_records},
       {"answer_prefill_tokens", s.answer_prefill_tokens},
       {"answers_dropped", s.answers_dropped},
+      {"answers_pending", s.answers_pending},
       {"record_skips", s.record_skips},
       {"stored_hits", s.stored_hits},
       {"lane_hits", s.lane_hits},
