@@ -5,7 +5,7 @@
 
 Four servers on MODEL, each with four lanes or slots, 2 threads, 2048 tokens per lane, flash
 attention on, no prompt cache, started one at a time in a rotating order REPEATS times:
-  one-at-a-time   skippy-server --lane-batching=off (lanes decode one at a time)
+  one-at-a-time   skippy-server --lane-batching=off --one-row-class=off (lanes decode one at a time)
   together-all    skippy-server --lane-batching --lane-groups all (every decoding lane in one step)
   together        skippy-server --lane-batching (groups by the step costs measured at startup)
   llama-server    the stock llama-server (-np 4 -fa on --cache-ram 0 --fit off)
@@ -29,7 +29,7 @@ port = int(sys.argv[4]) if len(sys.argv) > 4 else 18690
 N_PREDICT = 64
 SKIPPY = [str(ROOT / "build/bin/skippy-server"), "-c", "8192", "--parallel", "4", "--no-cache"]
 MODES = {
-    "one-at-a-time": SKIPPY + ["--lane-batching=off"],
+    "one-at-a-time": SKIPPY + ["--lane-batching=off", "--one-row-class=off"],
     "together-all": SKIPPY + ["--lane-batching", "--lane-groups", "all"],
     "together": SKIPPY + ["--lane-batching"],
     "llama-server": [str(ROOT / "build/bin/llama-server"), "-c", "8192", "-np", "4", "-fa", "on", "--cache-ram", "0",

@@ -4,7 +4,7 @@
     scripts/lane_batching_cost.py MODEL.gguf [REPEATS] [PORT] [LIB_DIR]
 
 Starts build/bin/skippy-server on MODEL (2 threads, 2048-token context, four lanes) once with
---lane-batching=on and once with =off, alternating REPEATS times, and each time sends one request and
+--lane-batching=on and once with =off (and --one-row-class=off), alternating REPEATS times, and each time sends one request and
 then four at once (short distinct prompts, 64 generated tokens, greedy, ignore_eos). Prints JSON
 lines: per run the wall time of each burst and each request's predicted_ms, then the medians of
 the per-token decode time (predicted_ms / 63) alone and of the four-client burst throughput
@@ -40,7 +40,7 @@ def burst(clients, tag):
 
 
 def run(mode, batching, libs, rep):
-    flags = ["--lane-batching=on" if batching else "--lane-batching=off"]
+    flags = ["--lane-batching=on"] if batching else ["--lane-batching=off", "--one-row-class=off"]
     if libs:
         os.environ["LD_LIBRARY_PATH"] = libs
     else:

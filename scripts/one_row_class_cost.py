@@ -5,7 +5,7 @@
 
 Modes, each a skippy-server --no-cache with two lanes (2 threads, 4096-token context):
   stock         --no-batch-invariant: llama.cpp's stock kernels (what llama-server computes with)
-  invariant     --lane-batching=off: the batch-invariant kernels; lanes decode one at a time, one row each
+  invariant     --lane-batching=off --one-row-class=off: the batch-invariant kernels; lanes decode one at a time
   one-row       --lane-batching=on: the batch-invariant kernels' one-row class, lanes in one batch
 Each round starts the three in a rotating order and sends, one at a time, three distinct prompts
 of WORDS word pairs (280: about 1,500 tokens) generating 48 tokens each (cold prefill and decode
@@ -26,7 +26,7 @@ N_PREDICT = 48
 
 MODES = {
     "stock": ["--no-batch-invariant"],
-    "invariant": ["--lane-batching=off"],
+    "invariant": ["--lane-batching=off", "--one-row-class=off"],
     "one-row": ["--lane-batching=on"],
 }
 
@@ -46,10 +46,10 @@ def run(mode, round_index):
     server = start(cmd, port)
     try:
         stats = get(port, "/cache/stats")
-        lanes = stats.get("lane_batching", {})
-        if (mode == "one-row") != bool(lanes.get("one_row_class")) or (mode == "stock") == bool(stats.get("batch_invariant")):
+        cls = stats.get("one_row_class", {})
+        if (mode == "one-row") != bool(cls.get("on")) or (mode == "stock") == bool(stats.get("batch_invariant")):
             raise SystemExit(f"{mode}: server reports batch_invariant={stats.get('batch_invariant')} "
-                             f"lane_batching={lanes}")
+                             f"one_row_class={cls}")
         prefill, decode, n = [], [], 0
         for s in range(3):
             t = ask(round_index * 5 + s)["timings"]

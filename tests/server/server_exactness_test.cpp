@@ -315,7 +315,7 @@ void ExpectLanesStepExactly(const std::string& family) {
   ASSERT_TRUE(on);
   auto stats = [](ServerProcess& p) { return json::parse(p.Client()->Get("/cache/stats")->body); };
   EXPECT_TRUE(stats(*off)["lane_batching"].value("on", false)) << stats(*off).dump();
-  EXPECT_TRUE(stats(*on)["lane_batching"].value("one_row_class", false)) << stats(*on).dump();
+  EXPECT_TRUE(stats(*on)["one_row_class"].value("on", false)) << stats(*on).dump();
   const json reqs[4] = {{{"prompt", Words(11, 12)}, {"n_predict", 48}},
                         {{"prompt", Words(12, 300)}, {"n_predict", 64}},
                         {{"prompt", Words(13, 60)}, {"n_predict", 40}},
@@ -389,26 +389,32 @@ TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
   }
 }
 
-// --lane-batching=auto (the default): with 2+ lanes the server measures a lone decode step in the
-// one-row class and without it, and steps lanes together only when the class costs at most the
-// tolerance; /cache/stats says what it measured and what it decided. Whatever it decided, answers
-// given to requests that run at the same time are those each gets alone. With one lane nothing is
-// measured; --lane-batching=off never batches.
+// --one-row-class=auto (the default) measures a lone decode step in the one-row class and without
+// it at startup and keeps the class only where it costs at most the tolerance; /cache/stats says
+// what it measured and decided. --lane-batching=auto (the default) then steps 2+ lanes together
+// wherever the class is on. Whatever was decided, answers given to requests that run at the same
+// time are those each gets alone. With one lane the class is decided the same way, and a lane in
+// it keeps its answer for the next turn (ANextTurnRestoresThePreviousAnswer). --one-row-class=off
+// measures nothing; --lane-batching=off never batches.
 TEST(LaneBatching, AutoDecidesOnTheMeasuredLoneStep) {
-  auto server = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2"}, "lanes-auto");
+  auto server = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--one-row-class=auto"},
+                                     "lanes-auto");
   ASSERT_TRUE(server);
-  const json lanes = json::parse(server->Client()->Get("/cache/stats")->body)["lane_batching"];
+  const json stats = json::parse(server->Client()->Get("/cache/stats")->body);
+  const json lanes = stats["lane_batching"];
+  const json cls = stats["one_row_class"];
   EXPECT_EQ(lanes.value("mode", ""), "auto") << lanes.dump();
-  const json measured = lanes["auto"];
-  ASSERT_TRUE(measured.contains("ratio")) << lanes.dump();
+  EXPECT_EQ(cls.value("mode", ""), "auto") << cls.dump();
+  const json measured = cls["measured"];
+  ASSERT_TRUE(measured.contains("ratio")) << cls.dump();
   // The fill stops after a second of prefill (a sanitizer build may reach only its first chunk).
   EXPECT_GE(measured.value("context", 0), 64) << "the lane holds a context before the measured steps";
   EXPECT_EQ(measured.value("pairs", 0), 7);
   EXPECT_GT(measured.value("one_row_class_ms", 0.0), 0);
   EXPECT_GT(measured.value("default_ms", 0.0), 0);
   const bool cheap = measured["ratio"].get<double>() <= measured["tolerance"].get<double>();
-  EXPECT_EQ(lanes.value("on", !cheap), cheap) << lanes.dump();
-  EXPECT_EQ(lanes.value("one_row_class", !cheap), cheap) << "the class stays on only where lanes step together";
+  EXPECT_EQ(cls.value("on", !cheap), cheap) << cls.dump();
+  EXPECT_EQ(lanes.value("on", !cheap), cheap) << "llama passes the lane-batching check: " << lanes.dump();
 
   auto ask = [&](int i) {
     const json req = {{"prompt", Words(40 + i, 30 + 90 * i)}, {"n_predict", 24}, {"temperature", 0},
@@ -429,19 +435,16 @@ TEST(LaneBatching, AutoDecidesOnTheMeasuredLoneStep) {
     EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
   }
 
-  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching=off"},
+  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching=off",
+                                            "--one-row-class=off"},
                                   "lanes-off");
   ASSERT_TRUE(off);
-  const json o = json::parse(off->Client()->Get("/cache/stats")->body)["lane_batching"];
-  EXPECT_EQ(o.value("mode", ""), "off");
-  EXPECT_FALSE(o.value("on", true)) << o.dump();
-  EXPECT_FALSE(o.value("one_row_class", true));
-  EXPECT_FALSE(o.contains("auto")) << "nothing to measure when batching is off";
-  auto one = ServerProcess::Start("llama", {"-c", "1024"}, "lanes-one");
-  ASSERT_TRUE(one);
-  const json l = json::parse(one->Client()->Get("/cache/stats")->body)["lane_batching"];
-  EXPECT_FALSE(l.value("on", true));
-  EXPECT_FALSE(l.contains("auto")) << "one lane: nothing to measure";
+  const json o = json::parse(off->Client()->Get("/cache/stats")->body);
+  EXPECT_EQ(o["lane_batching"].value("mode", ""), "off");
+  EXPECT_FALSE(o["lane_batching"].value("on", true)) << o.dump();
+  EXPECT_EQ(o["one_row_class"].value("mode", ""), "off");
+  EXPECT_FALSE(o["one_row_class"].value("on", true));
+  EXPECT_FALSE(o["one_row_class"].contains("measured")) << "nothing to measure when the class is off";
 }
 
 // n token ids, a deterministic run that differs with `from` (BranchPoint documents and questions).
@@ -547,6 +550,35 @@ TEST(LaneBatching, AHybridNextTurnContinuesTheLane) {
       << "without the one-row class or answer prefill the answer is prefilled again: " << p["timings"].dump();
 }
 
+// One lane with --one-row-class=auto: the class is measured and decided as with more lanes, and
+// lanes never step together. A lane in the class keeps the tokens it generated as prompt KV, so the
+// conversation's next turn restores the answer from the lane; without it, only the prompt (answer
+// prefill is off here). Either way the turn's tokens and log-probabilities equal those of a
+// --no-cache server pinned to the class that was decided.
+TEST(LaneBatching, OneLaneDecidesTheClassOnTheMeasuredLoneStep) {
+  auto one = ServerProcess::Start("llama", {"-c", "1024", "--one-row-class=auto", "--answer-prefill-idle-ms", "-1"},
+                                  "class-auto-one");
+  ASSERT_TRUE(one);
+  const json stats = json::parse(one->Client()->Get("/cache/stats")->body);
+  const json cls = stats["one_row_class"];
+  ASSERT_TRUE(cls["measured"].contains("ratio")) << cls.dump();
+  const bool cheap = cls["measured"]["ratio"].get<double>() <= cls["measured"]["tolerance"].get<double>();
+  EXPECT_EQ(cls.value("on", !cheap), cheap) << cls.dump();
+  EXPECT_FALSE(stats["lane_batching"].value("on", true)) << stats["lane_batching"].dump();
+  EXPECT_EQ(stats["lane_batching"].value("reason", ""), "one lane");
+  auto off = ServerProcess::Start("llama", {"-c", "1024", "--no-cache", cheap ? "--one-row-class=on" : "--one-row-class=off"},
+                                  "class-auto-ref");
+  ASSERT_TRUE(off);
+  const std::vector<int> turn = NextTurn(*one, 3);
+  const json b = AskTokens(*one, turn, 16);
+  EXPECT_EQ(b["timings"].value("cache_n", -1), cheap ? 223 : 200)
+      << (cheap ? "in the class the lane keeps the 23 decoded answer tokens" : "without it only the prompt")
+      << b["timings"].dump();
+  const json ref = AskTokens(*off, turn, 16);
+  EXPECT_EQ(b["tokens"], ref["tokens"]);
+  EXPECT_EQ(b["completion_probabilities"], ref["completion_probabilities"]);
+}
+
 // /cache/stats once its answer_records reach `n` (answer prefill runs once the server is idle), or
 // after 20 s.
 json WaitForAnswerRecords(ServerProcess& p, int n) {
@@ -607,7 +639,8 @@ TEST(AnswerPrefill, ANextTurnRestoresTheAnswerComputedWhileIdle) {
 // reply tokenized again and, for a chat, the template's end of turn and next header): the turn
 // restores everything before its new part (where its tokens and those of the same turn with
 // another new part part), with a --no-cache server's tokens and log-probabilities. As chat
-// messages and as a text prompt.
+// messages and as a text prompt, without the one-row class and with it (where the lane keeps the
+// tokens generated and idle work prefills the next turn's from where the two part).
 TEST(AnswerPrefill, ANextTurnSentAsTextRestoresEverythingBeforeItsNewPart) {
   auto msg = [](const std::string& role, const std::string& content) {
     return json{{"role", role}, {"content", content}};
@@ -634,49 +667,65 @@ TEST(AnswerPrefill, ANextTurnSentAsTextRestoresEverythingBeforeItsNewPart) {
     return a.contains("usage") ? a["usage"]["prompt_tokens_details"].value("cached_tokens", -1) : a.value("tokens_cached", -1);
   };
   auto probs = [](const json& a) { return a.contains("choices") ? a["choices"][0]["logprobs"] : a["completion_probabilities"]; };
-  for (const std::string family : {"llama", "gemma3", "qwen3next"}) {
-    SCOPED_TRACE(family);
-    auto on = ServerProcess::Start(family, {"-c", "1024"}, family + "-text-answer-on");
-    ASSERT_TRUE(on);
-    auto off = ServerProcess::Start(family, {"-c", "1024", "--no-cache"}, family + "-text-answer-off");
-    ASSERT_TRUE(off);
-    const json messages = {msg("system", Words(1, 120)), msg("user", Words(2, 12))};
-    int answers = 0;  // answers given on `on`
-    const std::string text = "System: " + Words(3, 120) + "\nUser: " + Words(4, 12) + "\nAssistant:";
-    for (const json& first : {json{{"messages", messages}}, json{{"prompt", text}}}) {
-      const bool chat = first.contains("messages");
-      SCOPED_TRACE(chat ? "chat" : "text");
-      const json a0 = ask(*on, first, 24);
-      const std::string reply = chat ? a0["choices"][0]["message"]["content"].get<std::string>() : a0["content"].get<std::string>();
-      // Every answer so far is prefilled (the chat's next turn's too, on the text turn).
-      const json stats = WaitForAnswerRecords(*on, ++answers);
-      EXPECT_EQ(stats.value("answer_records", 0), answers) << stats.dump();
-      // The next turn, and the same turn with other new parts: the tokens before its new part are
-      // those all of them share (for text, a token may join the reply's end to what follows).
-      json turn = first;
-      std::vector<json> others(chat ? 1 : 2, first);
-      if (chat) {
-        turn["messages"].push_back(msg("assistant", reply));
-        turn["messages"].push_back(msg("user", Words(5, 9)));
-        others[0]["messages"].push_back(msg("assistant", reply));
-        others[0]["messages"].push_back(msg("user", "0 " + Words(6, 9)));
-      } else {
-        turn["prompt"] = text + reply + "\nUser: " + Words(5, 9) + "\nAssistant:";
-        others[0]["prompt"] = text + reply + "x" + Words(6, 9);
-        others[1]["prompt"] = text + reply + " " + Words(6, 9);
+  // /cache/stats once the answers given reach `n` records and idle work has none left.
+  auto idle_done = [](ServerProcess& p, int n) {
+    json stats;
+    for (int i = 0; i < 200; ++i) {
+      stats = json::parse(p.Client()->Get("/cache/stats")->body);
+      if (stats.value("answer_records", 0) >= n && stats.value("answers_pending", 1) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return stats;
+  };
+  for (const std::string cls : {"off", "on"}) {
+    for (const std::string family : {"llama", "gemma3", "qwen3next"}) {
+      SCOPED_TRACE(family + ", one-row class " + cls);
+      const std::string pin = "--one-row-class=" + cls;
+      auto on = ServerProcess::Start(family, {"-c", "1024", pin}, family + "-text-answer-on-" + cls);
+      ASSERT_TRUE(on);
+      auto off = ServerProcess::Start(family, {"-c", "1024", "--no-cache", pin}, family + "-text-answer-off-" + cls);
+      ASSERT_TRUE(off);
+      const json messages = {msg("system", Words(1, 120)), msg("user", Words(2, 12))};
+      int answers = 0;  // answers given on `on`
+      const std::string text = "System: " + Words(3, 120) + "\nUser: " + Words(4, 12) + "\nAssistant:";
+      for (const json& first : {json{{"messages", messages}}, json{{"prompt", text}}}) {
+        const bool chat = first.contains("messages");
+        SCOPED_TRACE(chat ? "chat" : "text");
+        const json a0 = ask(*on, first, 24);
+        const std::string reply = chat ? a0["choices"][0]["message"]["content"].get<std::string>() : a0["content"].get<std::string>();
+        // Every answer so far is prefilled (the chat's next turn's too, on the text turn); in the
+        // class, also recorded as decoded when its job finished.
+        const json stats = idle_done(*on, ++answers);
+        EXPECT_EQ(stats.value("answers_pending", 1), 0) << stats.dump();
+        if (cls == "off") EXPECT_EQ(stats.value("answer_records", 0), answers) << stats.dump();
+        EXPECT_EQ(stats.value("answers_dropped", 1), 0) << stats.dump();
+        // The next turn, and the same turn with other new parts: the tokens before its new part are
+        // those all of them share (for text, a token may join the reply's end to what follows).
+        json turn = first;
+        std::vector<json> others(chat ? 1 : 2, first);
+        if (chat) {
+          turn["messages"].push_back(msg("assistant", reply));
+          turn["messages"].push_back(msg("user", Words(5, 9)));
+          others[0]["messages"].push_back(msg("assistant", reply));
+          others[0]["messages"].push_back(msg("user", "0 " + Words(6, 9)));
+        } else {
+          turn["prompt"] = text + reply + "\nUser: " + Words(5, 9) + "\nAssistant:";
+          others[0]["prompt"] = text + reply + "x" + Words(6, 9);
+          others[1]["prompt"] = text + reply + " " + Words(6, 9);
+        }
+        const std::vector<int> t = tokens(*on, turn);
+        auto before_new = static_cast<int>(t.size());
+        for (const json& other : others) {
+          const std::vector<int> o = tokens(*on, other);
+          before_new = std::min(before_new, static_cast<int>(std::mismatch(t.begin(), t.end(), o.begin(), o.end()).first - t.begin()));
+        }
+        EXPECT_GT(before_new, static_cast<int>(tokens(*on, first).size()));
+        const json a = ask(*on, turn, 8), b = ask(*off, turn, 8);
+        ++answers;
+        EXPECT_EQ(restored(a), before_new) << a["skippy"].dump() << " " << stats.dump();
+        EXPECT_EQ(a["tokens"], b["tokens"]);
+        EXPECT_EQ(probs(a), probs(b));
       }
-      const std::vector<int> t = tokens(*on, turn);
-      auto before_new = static_cast<int>(t.size());
-      for (const json& other : others) {
-        const std::vector<int> o = tokens(*on, other);
-        before_new = std::min(before_new, static_cast<int>(std::mismatch(t.begin(), t.end(), o.begin(), o.end()).first - t.begin()));
-      }
-      EXPECT_GT(before_new, static_cast<int>(tokens(*on, first).size()));
-      const json a = ask(*on, turn, 8), b = ask(*off, turn, 8);
-      ++answers;
-      EXPECT_EQ(restored(a), before_new) << a["skippy"].dump() << " " << stats.dump();
-      EXPECT_EQ(a["tokens"], b["tokens"]);
-      EXPECT_EQ(probs(a), probs(b));
     }
   }
 }

@@ -33,9 +33,23 @@ inline std::string ZooFile(const std::string& family) {
 }
 inline std::string ServerBin() { return Env("SKIPPY_SERVER_BIN", SKIPPY_TEST_SERVER_BIN); }
 
+// The flags a test server starts with: `flags`, and --one-row-class=off unless they choose the
+// class (--one-row-class in any form) or step lanes together whatever it costs (--lane-batching
+// or --lane-batching=on, which take the class). The class's default, auto, is a measure at each
+// start, and two servers that a test compares (cache on against --no-cache, a restart against its
+// disk tier) could decide it differently on a tiny model near the tolerance; a test of auto asks
+// for it (--one-row-class=auto).
+inline std::vector<std::string> WithPinnedClass(std::vector<std::string> flags) {
+  for (const std::string& f : flags) {
+    if (f.starts_with("--one-row-class") || f == "--lane-batching" || f == "--lane-batching=on") return flags;
+  }
+  flags.push_back("--one-row-class=off");
+  return flags;
+}
+
 class ServerProcess {
  public:
-  // Starts skippy-server on ZooFile(family) with extra flags. Retries once on a port race.
+  // Starts skippy-server on ZooFile(family) with WithPinnedClass(flags). Retries once on a port race.
   static std::unique_ptr<ServerProcess> Start(const std::string& family, const std::vector<std::string>& flags,
                                               const std::string& tag) {
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -49,7 +63,8 @@ class ServerProcess {
       std::filesystem::remove(p->log_);
       std::vector<std::string> argv = {ServerBin(), "-m", ZooFile(family), "--host", "127.0.0.1", "--port",
                                        std::to_string(*port), "-t", "1"};
-      argv.insert(argv.end(), flags.begin(), flags.end());
+      const std::vector<std::string> pinned = WithPinnedClass(flags);
+      argv.insert(argv.end(), pinned.begin(), pinned.end());
       auto proc = Subprocess::Start(argv, p->log_);
       if (!proc.ok()) {
         ADD_FAILURE() << proc.status();

@@ -62,23 +62,26 @@ int main(int argc, char** argv) {
   std::string lane_batching = "auto";
   app.add_flag("--lane-batching{on}", lane_batching,
                "--lane-batching=on|off|auto (--lane-batching alone: on). Decode the lanes' generated tokens in one batch; answers "
-               "do not depend on the other lanes: every batch size is one class with the patch series' one-row class, "
-               "a pad row per lane without it (proved at startup). auto, the default with 2+ lanes: only in the "
-               "one-row class, and only where a lone decode step measured at startup costs no more than 3% in it "
-               "(or where --one-row-class is given); on: whatever a lone step costs; off: one lane at a time")
+               "do not depend on the other lanes: every batch size is one class with the one-row class, a pad row per "
+               "lane without it (proved at startup). auto, the default: with 2+ lanes, wherever the one-row class is "
+               "on; on: also where it is not (a pad row per lane; with --one-row-class=auto the class is then turned "
+               "on without measuring); off: one lane at a time")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   std::string lane_groups = "measured";
   app.add_option("--lane-groups", lane_groups,
                  "with --lane-batching, which decoding lanes step together: measured (the split whose steps, of "
                  "k lanes each, measured cheapest at startup) or all (every decoding lane in one step)")
       ->capture_default_str()->check(CLI::IsMember({"measured", "all"}));
-  bool one_row_class = false;
-  app.add_flag("--one-row-class", one_row_class,
-               "compute a lone row (a decode step) in the batch kernels' class too (the patch series' one-row "
-               "class): a generated token's KV is then a prompt token's, so a lane keeps an answer and records it "
-               "with its prompt for the conversation's next turn; a lone decode step costs more on some models "
-               "(implied by --lane-batching=on with 2+ lanes; with 2+ lanes and --lane-batching=auto the lanes then step "
-               "together)");
+  std::string one_row_class = "auto";
+  app.add_flag("--one-row-class{on}", one_row_class,
+               "--one-row-class=on|off|auto (--one-row-class alone: on). Compute a lone row (a decode step) in the "
+               "batch kernels' class too (the patch series' one-row class): a generated token's KV is then a prompt "
+               "token's, so a lane keeps an answer and records it with its prompt for the conversation's next turn, "
+               "and lanes can step together with one row each. A lone decode step costs more in the class on some "
+               "models and less on others: auto, the default, measures it at startup and keeps the class only where "
+               "it costs at most 3% more. Pin on or off where two servers must give the same bits: a class decided "
+               "anew at each start can differ between starts on a model near the tolerance")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   bool stock_kernels = false;
   app.add_flag("--no-batch-invariant", stock_kernels,
@@ -172,22 +175,23 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   o.lane_groups_measured = lane_groups == "measured";
-  o.lane_batching = lane_batching == "on"    ? skippy::server::ServerOptions::LaneBatching::kOn
-                    : lane_batching == "off" ? skippy::server::ServerOptions::LaneBatching::kOff
-                                             : skippy::server::ServerOptions::LaneBatching::kAuto;
+  using Switch = skippy::server::ServerOptions::Switch;
+  auto switch_of = [](const std::string& v) { return v == "on" ? Switch::kOn : v == "off" ? Switch::kOff : Switch::kAuto; };
+  o.lane_batching = switch_of(lane_batching);
+  o.one_row_class = switch_of(one_row_class);
   if (stock_kernels) skippy::runtime::SetBatchInvariant(false);
-  // Lanes that decode together need a lone row in the class of any batch, or a pad row each.
-  if (one_row_class && stock_kernels) {
-    std::fprintf(stderr, "skippy-server: --one-row-class needs the batch-invariant kernels (not --no-batch-invariant)\n");
+  if (o.one_row_class == Switch::kOn && stock_kernels) {
+    std::fprintf(stderr, "skippy-server: --one-row-class=on needs the batch-invariant kernels (not --no-batch-invariant)\n");
     return 2;
   }
   // "auto" leaves the class to the scheduler, which measures what it costs on the loaded model
-  // (until then every check here holds the stricter rules of the default classes).
-  if (!stock_kernels &&
-      (one_row_class || (o.lane_batching == skippy::server::ServerOptions::LaneBatching::kOn && o.lane_count >= 2))) {
+  // (until then every check here holds the stricter rules of the default classes). Lanes that
+  // step together whatever it costs (--lane-batching=on) take it without a measure.
+  const bool class_for_lanes = o.one_row_class == Switch::kAuto && o.lane_batching == Switch::kOn && o.lane_count >= 2;
+  if (!stock_kernels && (o.one_row_class == Switch::kOn || class_for_lanes)) {
     // Lane batching falls back to a pad row per lane on a build without the class; an explicit
-    // --one-row-class has no fallback.
-    if (!skippy::runtime::SetOneRowClass(true) && one_row_class) {
+    // --one-row-class=on has no fallback.
+    if (!skippy::runtime::SetOneRowClass(true) && o.one_row_class == Switch::kOn) {
       std::fprintf(stderr, "skippy-server: --one-row-class: this llama.cpp build has no one-row class (patch series)\n");
       return 2;
     }

@@ -15,12 +15,12 @@
 // into the groups whose measured costs add up to the least. The measure holds short contexts:
 // a lane's attention costs the same in any group, so it changes every split's sum alike.
 //
-// Whether to step lanes together at all (--lane-batching=auto, the default): lanes decode together
-// only in the one-row class, where a lone decode step takes the batch kernels, and on some models
-// that lone step costs more than the default kernels' row path (flash attention's tiled path for
-// one query row, the IQ panel; docs/evidence/one-row-class/). MeasureLoneStep times a lane's lone
-// step both ways at startup, so the scheduler keeps the class only where it costs a lone lane
-// nothing it can measure.
+// Whether to keep the one-row class at all (--one-row-class=auto, the default): in it a lone
+// decode step takes the batch kernels, which lets lanes step together and a lane keep its answer,
+// and on some models that lone step costs more than the default kernels' row path (flash
+// attention's tiled path for one query row, the IQ panel; docs/evidence/one-row-class/), on others
+// less. MeasureLoneStep times a lane's lone step both ways at startup, so the scheduler keeps the
+// class only where it costs a lone lane nothing it can measure.
 //
 // Thread-safety: MeasureDecodeSteps and MeasureLoneStep use the engine (call them from the thread
 // that owns it, before it serves); DecodeGroups is a pure function.

@@ -60,6 +60,15 @@ double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+const char* SwitchName(ServerOptions::Switch s) {
+  switch (s) {
+    case ServerOptions::Switch::kOn: return "on";
+    case ServerOptions::Switch::kOff: return "off";
+    case ServerOptions::Switch::kAuto: return "auto";
+  }
+  return "auto";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -97,7 +106,7 @@ Status Scheduler::Load() {
   // cells per lane (also for recurrent models, which then decode one lane at a time: the model is
   // not known before the context is made).
   // "auto" batches only in the one-row class (no pad row); main sets the class for "on".
-  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching == ServerOptions::LaneBatching::kOn
+  const uint32_t pad = options_.lane_count >= 2 && options_.lane_batching == ServerOptions::Switch::kOn
                            ? static_cast<uint32_t>(runtime::DecodeStepRows() - 1)
                            : 0;
   // One stream per lane (llama.cpp gives each n_ctx / n_seq_max cells) and no cache sequences: a
@@ -205,46 +214,34 @@ std::string Scheduler::CertifyLearnedFamily() {
 }
 
 void Scheduler::DecideOneRowClass() {
-  using Mode = ServerOptions::LaneBatching;
-  lane_batching_json_["mode"] = options_.lane_batching == Mode::kOn    ? "on"
-                                : options_.lane_batching == Mode::kOff ? "off"
-                                                                       : "auto";
-  if (options_.lane_batching != Mode::kAuto || options_.lane_count < 2) return;
+  using Switch = ServerOptions::Switch;
+  one_row_class_json_["mode"] = SwitchName(options_.one_row_class);
+  std::string decided;
   if (runtime::OneRowClass()) {
-    lane_batching_json_["auto"] = {{"decided", "the one-row class was asked for (--one-row-class)"}};
-    return;
+    decided = options_.one_row_class == Switch::kOn
+                  ? "asked for (--one-row-class=on)"
+                  : "lanes step together whatever a lone step costs (--lane-batching=on), in the class";
+  } else if (options_.one_row_class == Switch::kOff) {
+    decided = "off (--one-row-class=off)";
+  } else if (!runtime::BatchInvariant() || !runtime::OneRowClassAvailable()) {
+    decided = runtime::BatchInvariant() ? "this build has no one-row class" : "the stock kernels have no one-row class";
+  } else if (auto cost = MeasureLoneStep(*engine_); !cost.ok()) {
+    decided = StrCat("the lone-step measure could not run: ", cost.status().message());
+  } else {
+    // Nothing has read the classes yet (Load calls this first), so the class can still change.
+    const bool cheap = cost->ratio <= kLoneStepTolerance;
+    runtime::SetOneRowClass(cheap);
+    one_row_class_json_["measured"] = cost->ToJson();
+    one_row_class_json_["measured"]["tolerance"] = kLoneStepTolerance;
+    decided = cheap ? "a lone decode step costs no more than the tolerance in the class: on"
+                    : "a lone decode step costs more than the tolerance in the class: off";
+    std::fprintf(stderr,
+                 "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it (%.3fx, "
+                 "%zu tokens of context): the class is %s\n",
+                 cost->class_ms, cost->default_ms, cost->ratio, cost->context, cheap ? "on" : "off");
   }
-  if (!runtime::BatchInvariant() || !runtime::OneRowClassAvailable()) {
-    lane_batching_json_["auto"] = {
-        {"decided", runtime::BatchInvariant() ? "this build has no one-row class" : "the stock kernels have no one-row class"}};
-    return;
-  }
-  auto cost = MeasureLoneStep(*engine_);
-  if (!cost.ok()) {
-    lane_batching_json_["auto"] = {{"decided", StrCat("the lone-step measure could not run: ", cost.status().message())}};
-    return;
-  }
-  const bool cheap = cost->ratio <= kLoneStepTolerance;
-  lane_batching_json_["auto"] = cost->ToJson();
-  lane_batching_json_["auto"]["tolerance"] = kLoneStepTolerance;
-  std::string decided =
-      cheap ? "the one-row class costs a lone step no more than the tolerance: lanes step together"
-            : "the one-row class costs a lone step more than the tolerance: lanes decode one at a time";
-  if (cheap) {
-    // The class only for lanes that can step together: nothing has read the classes yet, so a
-    // failed check can still take it back.
-    runtime::SetOneRowClass(true);
-    lane_check_done_ = true;
-    if (std::string blocker = WhyLanesCannotStepTogether(); !blocker.empty()) {
-      runtime::SetOneRowClass(false);
-      decided = StrCat("the one-row class is cheap, but ", blocker, ": lanes decode one at a time");
-    }
-  }
-  lane_batching_json_["auto"]["decided"] = decided;
-  std::fprintf(stderr,
-               "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it (%.3fx, "
-               "%zu tokens of context): %s\n",
-               cost->class_ms, cost->default_ms, cost->ratio, cost->context, decided.c_str());
+  one_row_class_json_["decided"] = decided;
+  one_row_class_json_["on"] = runtime::OneRowClass();
 }
 
 std::string Scheduler::WhyLanesCannotStepTogether() {
@@ -262,17 +259,17 @@ std::string Scheduler::WhyLanesCannotStepTogether() {
 }
 
 void Scheduler::DecideLaneBatching() {
-  using Mode = ServerOptions::LaneBatching;
+  using Switch = ServerOptions::Switch;
+  lane_batching_json_["mode"] = SwitchName(options_.lane_batching);
   std::string no_batching;
   if (options_.lane_count < 2) {
     no_batching = "one lane";
-  } else if (options_.lane_batching == Mode::kOff) {
+  } else if (options_.lane_batching == Switch::kOff) {
     no_batching = "off (--lane-batching=off)";
-  } else if (options_.lane_batching == Mode::kAuto && !runtime::OneRowClass()) {
-    no_batching = "auto: " + lane_batching_json_["auto"].value("decided", std::string("off"));
-  } else if (!lane_check_done_) {
-    // "on", or "auto" with the class asked for (--one-row-class: its lone-step price is paid
-    // already, so stepping together only gains).
+  } else if (options_.lane_batching == Switch::kAuto && !runtime::OneRowClass()) {
+    no_batching = StrCat("auto: lanes step together in the one-row class, which is off (",
+                         one_row_class_json_.value("decided", std::string()), ")");
+  } else {
     no_batching = WhyLanesCannotStepTogether();
   }
   if (no_batching.empty() && options_.lane_groups_measured) {
@@ -288,10 +285,10 @@ void Scheduler::DecideLaneBatching() {
   if (no_batching.empty()) lane_batching_json_["groups"] = decode_step_ms_.empty() ? "all" : "measured";
   lane_batching_ = no_batching.empty();
   lane_batching_json_["on"] = lane_batching_;
-  lane_batching_json_["one_row_class"] = runtime::OneRowClass();
   if (!lane_batching_) {
     lane_batching_json_["reason"] = no_batching;
-    if (options_.lane_count >= 2 && options_.lane_batching == Mode::kOn) {
+    if (options_.lane_count >= 2 && options_.lane_batching != Switch::kOff &&
+        (runtime::OneRowClass() || options_.lane_batching == Switch::kOn)) {
       std::fprintf(stderr, "skippy-server: lanes decode one at a time: %s\n", no_batching.c_str());
     }
   }
@@ -335,6 +332,7 @@ nlohmann::json Scheduler::CacheStats() const {
   j["family"] = engine_->family().family_key;
   j["payload"] = std::string(cache::PayloadKindName(engine_->family().payload));
   if (!learned_json_.is_null()) j["learned_family"] = learned_json_;
+  j["one_row_class"] = one_row_class_json_;
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
   j["shared_prefill_waits"] = shared_prefill_waits_.load();

@@ -8,17 +8,22 @@
 // the lane's next step, so a first token does not wait for the other lanes once its prefill is
 // done. A prefill chunk is always a batch of its own lane.
 //
-// One lane at a time (--lane-batching=off; auto where the one-row class makes a lone decode step
-// dearer; one lane; recurrent and hybrid models without the one-row class): the engine thread
+// The one-row class (--one-row-class=auto, the default: DecideOneRowClass keeps it where a lone
+// decode step measured at load costs at most kLoneStepTolerance more in it; on; off) computes a
+// decode row in the class of prompt rows: a lane keeps the tokens it generated as prompt KV, and
+// lanes can step together with one row each.
+//
+// One lane at a time (--lane-batching=off; one lane; auto without the one-row class; recurrent and
+// hybrid models without it): the engine thread
 // admits queued jobs into free lanes at the start of each round and after each lane's step within
 // it (a job that finds a free lane starts after the step in progress), and round-robins the busy
 // lanes one step at a time, a new job's restore and first chunk being one step. The price of a
 // quick start is paid by lanes already decoding: a job that starts between two of their tokens
 // puts its restore and first chunk there.
 //
-// Lanes together (--lane-batching=on, or auto, the default, where a lone decode step in the
-// one-row class measured no dearer at load: DecideOneRowClass; either way only when the model and
-// build pass certify::CheckLaneBatching): the generated tokens of the decoding lanes go into
+// Lanes together (--lane-batching=auto, the default, with the one-row class on; --lane-batching=on
+// with it or without; either way only when the model and build pass certify::CheckLaneBatching):
+// the generated tokens of the decoding lanes go into
 // llama_decode calls of several lanes (Engine::DecodeStep: one row per lane in the one-row class,
 // a token and a pad row per lane without it), in the groups that the steps measured at load make
 // cheapest (DecodeGroups).
@@ -130,9 +135,9 @@ class Scheduler {
     size_t passed_over = 0;  // chunks given to other lanes since this lane's last (PrefillCandidate)
   };
 
-  // For --lane-batching=auto with 2+ lanes: measures a lone decode step with the one-row class and
-  // without (MeasureLoneStep) and keeps the class on only when it costs at most
-  // kLoneStepTolerance; runs right after the engine opens, before anything reads the classes.
+  // For --one-row-class=auto: measures a lone decode step with the one-row class and without
+  // (MeasureLoneStep) and keeps the class on only when it costs at most kLoneStepTolerance; runs
+  // right after the engine opens, before anything reads the classes. Sets one_row_class_json_.
   void DecideOneRowClass();
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
   void DecideLaneBatching();
@@ -186,13 +191,13 @@ class Scheduler {
   std::string model_name_;
   std::atomic<bool> ready_{false};
   bool lane_batching_ = false;    // generated tokens of all lanes in one DecodeStep (see above)
-  bool lane_check_done_ = false;  // DecideOneRowClass ran WhyLanesCannotStepTogether
+  nlohmann::json one_row_class_json_;  // the class and why (CacheStats "one_row_class"); set by Load
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
   std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
   // A job waits for another lane's prefill only when that saves it at least this many tokens.
   static constexpr size_t kMinSharedPrefill = 64;
-  // --lane-batching=auto steps lanes together when a lone decode step in the one-row class takes at
+  // --one-row-class=auto keeps the class when a lone decode step in it takes at
   // most this many times the default one (the median ratio of back-to-back pairs at startup). 3%
   // is the parity bar Skippy holds its decode to against llama-server's. The ratios measured per
   // model and CPU run from 0.58 to 1.34 (docs/evidence/lane-batching-auto/); a model within about

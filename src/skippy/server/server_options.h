@@ -20,16 +20,23 @@ struct ServerOptions {
   // startup batch-split check proves it or turns the cache off.
   uint32_t min_exact_batch = 0;
   uint32_t lane_count = 1;          // --runtime-lane-count
+  // On, off, or decided at startup from a measure (Scheduler).
+  enum class Switch { kOff, kOn, kAuto };
+  // --one-row-class on|off|auto: compute a lone row (a decode step) in the batch kernels' class
+  // too (the patch series' one-row class, runtime::OneRowClass): a generated token's KV is then a
+  // prompt token's, so a lane keeps an answer for the conversation's next turn, and lanes can step
+  // together with one row each. The class makes a lone decode step cost more on some models and
+  // less on others (docs/evidence/one-row-class/, docs/evidence/lane-batching-auto/), so "auto"
+  // (the default) measures a lone step with and without it at startup (MeasureLoneStep) and keeps
+  // it only where it costs at most Scheduler::kLoneStepTolerance more. Without the patch series
+  // (or with --no-batch-invariant) there is no class: "auto" is off and "on" refused.
+  Switch one_row_class = Switch::kAuto;
   // --lane-batching on|off|auto: decode the generated tokens of all busy lanes in one batch
-  // (Scheduler, Engine::DecodeStep) when the startup lane-batching check passes. That needs the
-  // patch series' one-row class (runtime::OneRowClass): one row per lane, any model; without the
-  // class (an older patched build) "on" falls back to a pad row per lane, attention-only models.
-  // The class makes a lone lane's decode step cost more on some models (docs/evidence/
-  // one-row-class/), so "auto" (the default, with 2+ lanes) measures a lone step with and without
-  // it at startup (MeasureLoneStep) and steps lanes together only where the class costs at most
-  // Scheduler::kLoneStepTolerance more; "on" steps them together whatever it costs, "off" never.
-  enum class LaneBatching { kOff, kOn, kAuto };
-  LaneBatching lane_batching = LaneBatching::kAuto;
+  // (Scheduler, Engine::DecodeStep) when the startup lane-batching check passes. "auto" (the
+  // default): with 2+ lanes, wherever the one-row class is on (one row per lane). "on": also
+  // where it is not, with a pad row per lane (attention-only models); with the class's "auto" it
+  // turns the class on without measuring. "off": one lane at a time.
+  Switch lane_batching = Switch::kAuto;
   // --lane-groups: with lane batching, how the decoding lanes of a round are split into steps:
   // "measured" (by what a step of k lanes cost at load, DecodeGroups) or "all" (one step).
   bool lane_groups_measured = true;
