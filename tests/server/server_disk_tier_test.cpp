@@ -172,6 +172,65 @@ TEST_F(DiskTierFaults, AnotherConfigurationsEntriesAreIgnored) {
   EXPECT_EQ(stats["disk"].value("hits", -1), 0) << stats.dump();
 }
 
+// --one-row-class=auto with a disk tier: the first start measures and keeps its decision in the
+// directory; a restart takes it without measuring (so it reads the entries its last run wrote:
+// their identity holds the class), with a --no-cache server's answers in that class. A decision
+// file that cannot be parsed, or holds another key, is measured over and written anew.
+TEST_F(DiskTierFaults, AMeasuredClassIsKeptForTheNextStart) {
+  const Workload w = MakeWorkload(9);
+  const std::vector<std::string> flags = Flags({"--cache-dir", dir_.string(), "--one-row-class=auto"});
+  auto decision_files = [&] {
+    std::vector<fs::path> v;
+    if (fs::is_directory(dir_ / "one-row-class")) {
+      for (const auto& f : fs::directory_iterator(dir_ / "one-row-class")) v.push_back(f.path());
+    }
+    return v;
+  };
+  json first_class;
+  {
+    auto first = ServerProcess::Start("llama", flags, name_ + "-first");
+    ASSERT_TRUE(first);
+    first_class = Stats(*first)["one_row_class"];
+    ASSERT_TRUE(first_class["measured"].contains("ratio")) << first_class.dump();
+    EXPECT_FALSE(first_class.contains("kept")) << first_class.dump();
+    Complete(*first->Client(), w.Prompt(0, 0));
+    EXPECT_EQ(first->Stop(), 0) << first->LogTail();
+  }
+  ASSERT_EQ(decision_files().size(), 1u);
+  const bool on = first_class["on"].get<bool>();
+  {
+    auto again = ServerProcess::Start("llama", flags, name_ + "-again");
+    ASSERT_TRUE(again);
+    const json cls = Stats(*again)["one_row_class"];
+    EXPECT_TRUE(cls.value("kept", false)) << cls.dump();
+    EXPECT_EQ(cls["on"], first_class["on"]) << cls.dump();
+    EXPECT_EQ(cls["measured"], first_class["measured"]) << "not measured again";
+    auto ref = ServerProcess::Start("llama", Flags({"--no-cache", on ? "--one-row-class=on" : "--one-row-class=off"}),
+                                    name_ + "-ref");
+    ASSERT_TRUE(ref);
+    const json a = Complete(*again->Client(), w.Prompt(0, 1));
+    EXPECT_EQ(a["skippy"].value("cache_tier", ""), "disk") << a["skippy"].dump();
+    const json b = Complete(*ref->Client(), w.Prompt(0, 1));
+    EXPECT_EQ(a["tokens"], b["tokens"]);
+    EXPECT_EQ(a["completion_probabilities"], b["completion_probabilities"]);
+  }
+  const fs::path file = decision_files().at(0);
+  const json kept = json::parse(std::ifstream(file));
+  for (const std::string bad : {std::string("{not json"), json{{"key", "another"}, {"on", !on}}.dump()}) {
+    SCOPED_TRACE(bad);
+    std::ofstream(file, std::ios::trunc) << bad;
+    auto next = ServerProcess::Start("llama", flags, name_ + "-bad");
+    ASSERT_TRUE(next);
+    const json cls = Stats(*next)["one_row_class"];
+    EXPECT_FALSE(cls.contains("kept")) << cls.dump();
+    EXPECT_TRUE(cls["measured"].contains("ratio")) << cls.dump();
+    const json rewritten = json::parse(std::ifstream(file));
+    EXPECT_EQ(rewritten["key"], kept["key"]);
+    EXPECT_EQ(rewritten["on"], cls["on"]);
+    EXPECT_EQ(next->Stop(), 0) << next->LogTail();
+  }
+}
+
 TEST_F(DiskTierFaults, TheByteCapHoldsWithEvictions) {
   // Each tiny-llama entry of 140-290 tokens is 30-70 KB; 0.0002 GiB (~215 KB) holds a few.
   auto s = ServerProcess::Start("llama", Flags({"--cache-dir", dir_.string(), "--cache-disk-gib", "0.0002"}),

@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
                "token's, so a lane keeps an answer and records it with its prompt for the conversation's next turn, "
                "and lanes can step together with one row each. A lone decode step costs more in the class on some "
                "models and less on others: auto, the default, measures it at startup and keeps the class only where "
-               "it costs at most 3% more. Pin on or off where two servers must give the same bits: a class decided "
-               "anew at each start can differ between starts on a model near the tolerance")
+               "it costs at most 3% more (with --cache-dir, the first start's decision is kept there for later "
+               "starts). Pin on or off where two servers must give the same bits: a class measured anew at each "
+               "start can differ between starts on a model near the tolerance")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_flag("--no-cache", no_cache, "serve without the prefix cache (same chunking, for comparisons)");
   bool stock_kernels = false;

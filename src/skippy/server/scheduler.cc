@@ -13,6 +13,7 @@
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sampler.h"
 #include "skippy/server/cache_stats.h"
+#include "skippy/server/class_decision.h"
 #include "skippy/server/decode_groups.h"
 #include "skippy/server/prefill_order.h"
 #include "skippy/server/response.h"
@@ -225,20 +226,35 @@ void Scheduler::DecideOneRowClass() {
     decided = "off (--one-row-class=off)";
   } else if (!runtime::BatchInvariant() || !runtime::OneRowClassAvailable()) {
     decided = runtime::BatchInvariant() ? "this build has no one-row class" : "the stock kernels have no one-row class";
-  } else if (auto cost = MeasureLoneStep(*engine_); !cost.ok()) {
-    decided = StrCat("the lone-step measure could not run: ", cost.status().message());
   } else {
     // Nothing has read the classes yet (Load calls this first), so the class can still change.
-    const bool cheap = cost->ratio <= kLoneStepTolerance;
-    runtime::SetOneRowClass(cheap);
-    one_row_class_json_["measured"] = cost->ToJson();
-    one_row_class_json_["measured"]["tolerance"] = kLoneStepTolerance;
-    decided = cheap ? "a lone decode step costs no more than the tolerance in the class: on"
-                    : "a lone decode step costs more than the tolerance in the class: off";
-    std::fprintf(stderr,
-                 "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it (%.3fx, "
-                 "%zu tokens of context): the class is %s\n",
-                 cost->class_ms, cost->default_ms, cost->ratio, cost->context, cheap ? "on" : "off");
+    const std::string key = options_.cache_dir.empty() ? std::string() : ClassDecisionKey(*engine_);
+    if (auto kept = key.empty() ? std::nullopt : LoadClassDecision(options_.cache_dir, key)) {
+      runtime::SetOneRowClass(kept->on);
+      one_row_class_json_["measured"] = kept->measured;
+      one_row_class_json_["kept"] = true;
+      decided = StrCat("as measured by an earlier start, kept in the cache dir: ", kept->on ? "on" : "off");
+    } else if (auto cost = MeasureLoneStep(*engine_); !cost.ok()) {
+      decided = StrCat("the lone-step measure could not run: ", cost.status().message());
+    } else {
+      const bool cheap = cost->ratio <= kLoneStepTolerance;
+      runtime::SetOneRowClass(cheap);
+      one_row_class_json_["measured"] = cost->ToJson();
+      one_row_class_json_["measured"]["tolerance"] = kLoneStepTolerance;
+      decided = cheap ? "a lone decode step costs no more than the tolerance in the class: on"
+                      : "a lone decode step costs more than the tolerance in the class: off";
+      std::fprintf(stderr,
+                   "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it "
+                   "(%.3fx, %zu tokens of context): the class is %s\n",
+                   cost->class_ms, cost->default_ms, cost->ratio, cost->context, cheap ? "on" : "off");
+      // A restart on this directory then decides the same (class_decision.h).
+      if (!key.empty()) {
+        if (Status s = SaveClassDecision(options_.cache_dir, key, {cheap, one_row_class_json_["measured"]}); !s.ok()) {
+          std::fprintf(stderr, "skippy-server: the class decision is not kept in the cache dir: %s\n",
+                       std::string(s.message()).c_str());
+        }
+      }
+    }
   }
   one_row_class_json_["decided"] = decided;
   one_row_class_json_["on"] = runtime::OneRowClass();

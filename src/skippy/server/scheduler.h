@@ -136,7 +136,8 @@ class Scheduler {
   };
 
   // For --one-row-class=auto: measures a lone decode step with the one-row class and without
-  // (MeasureLoneStep) and keeps the class on only when it costs at most kLoneStepTolerance; runs
+  // (MeasureLoneStep) and keeps the class on only when it costs at most kLoneStepTolerance; with a
+  // disk tier, takes the decision an earlier start kept there instead (class_decision.h). Runs
   // right after the engine opens, before anything reads the classes. Sets one_row_class_json_.
   void DecideOneRowClass();
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).

@@ -1,0 +1,88 @@
+#include "skippy/server/class_decision.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "skippy/common/digest.h"
+#include "skippy/common/strings.h"
+#include "skippy/runtime/llama_backend.h"
+
+#ifndef SKIPPY_LLAMA_COMMIT
+#define SKIPPY_LLAMA_COMMIT "unknown"
+#endif
+#ifndef SKIPPY_LLAMA_PATCHES
+#define SKIPPY_LLAMA_PATCHES "none"
+#endif
+
+namespace skippy::server {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("model name")) {
+      if (const size_t colon = line.find(':'); colon != std::string::npos) return line.substr(colon + 1);
+    }
+  }
+  return "unknown";
+}
+
+fs::path FileOf(const std::string& dir, const std::string& key) {
+  const Sha256Digest d = Sha256(key);
+  return fs::path(dir) / "one-row-class" / (ToHex(std::span(d).first(8)) + ".json");
+}
+
+}  // namespace
+
+std::string ClassDecisionKey(runtime::Engine& engine) {
+  const runtime::ContextOptions& c = engine.context().options();
+  return StrCat("model=", engine.model_digest(), ";llama=", SKIPPY_LLAMA_COMMIT, "+patches:", SKIPPY_LLAMA_PATCHES,
+                runtime::BatchInvariant() ? "+batch-invariant" : "", ";threads=", c.n_threads,
+                ";flash_attn=", c.flash_attn ? 1 : 0, ";n_batch=", c.n_batch, ";n_ubatch=", c.n_ubatch,
+                ";cpu=", CpuModel());
+}
+
+std::optional<ClassDecision> LoadClassDecision(const std::string& dir, const std::string& key) {
+  std::ifstream in(FileOf(dir, key));
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("key") || !j["key"].is_string() || j["key"].get<std::string>() != key ||
+      !j.contains("on") || !j["on"].is_boolean()) {
+    return std::nullopt;
+  }
+  ClassDecision d;
+  d.on = j["on"].get<bool>();
+  if (j.contains("measured") && j["measured"].is_object()) d.measured = j["measured"];
+  return d;
+}
+
+Status SaveClassDecision(const std::string& dir, const std::string& key, const ClassDecision& decision) {
+  const fs::path path = FileOf(dir, key);
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) return absl::UnavailableError(StrCat("cannot create ", path.parent_path().string(), ": ", ec.message()));
+  const fs::path tmp = path.string() + StrCat(".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json{{"key", key}, {"on", decision.on}, {"measured", decision.measured}}.dump(2) << "\n";
+    out.flush();
+    if (!out) {
+      fs::remove(tmp, ec);
+      return absl::UnavailableError(StrCat("cannot write ", tmp.string()));
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::UnavailableError(StrCat("cannot rename into ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace skippy::server

@@ -1,0 +1,42 @@
+// The one-row class decision kept beside a disk tier (--cache-dir).
+//
+// Why: --one-row-class=auto measures a lone decode step at every start (MeasureLoneStep), and on a
+// model whose ratio sits within the measure's spread of the tolerance two starts can decide
+// differently. A restart that decides otherwise answers with other last bits, and cannot read the
+// entries its last run wrote to disk (their identity holds the class). So a server with a disk
+// tier writes its first measured decision there, keyed by everything the measure depends on, and
+// later starts with the same key take it instead of measuring again.
+//
+// Layout: <dir>/one-row-class/<SHA-256 of the key, 16 hex digits>.json holding {"key", "on",
+// "measured"}, written to a temporary file and renamed into place. A file that cannot be read or
+// parsed, or whose key differs, is ignored: the server measures and writes it anew.
+//
+// Thread-safety: none needed; the scheduler calls these once, at load.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "skippy/common/status.h"
+#include "skippy/runtime/engine.h"
+
+namespace skippy::server {
+
+// What a lone step's cost depends on: the model's digest, the llama.cpp build and its patch series,
+// the kernels in force (batch-invariant or stock), threads, flash attention, the batch, and the CPU
+// model (a directory on a shared disk may be read by another machine).
+std::string ClassDecisionKey(runtime::Engine& engine);
+
+struct ClassDecision {
+  bool on = false;
+  nlohmann::json measured;  // LoneStepCost::ToJson of the start that measured it
+};
+
+// The decision kept under `dir` for `key`; nullopt when there is none (or it is unreadable, or
+// another key's).
+std::optional<ClassDecision> LoadClassDecision(const std::string& dir, const std::string& key);
+// Writes it; an error leaves any earlier file in place.
+[[nodiscard]] Status SaveClassDecision(const std::string& dir, const std::string& key, const ClassDecision& decision);
+
+}  // namespace skippy::server
