@@ -782,6 +782,26 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
       ExpectConsistent(*c);
     }
   }
+  // Another conversation takes the lane before idle time: the kept answer waits in the deferred
+  // queue and is resumed on an idle lane from the prompt's entry (or left as recorded, where the
+  // next turn holds it as generated); the next turn then restores all it holds from memory.
+  for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
+    for (const Case& k : cases) {
+      SCOPED_TRACE(std::string(kind == Kind::kDense ? "deferred, dense: " : "deferred, hybrid: ") + k.name);
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      RunTurn(*c, b, 0, prompt, answer, {}, "", [&]() -> std::optional<std::vector<Token>> {
+        return Cat(prompt, k.after_prompt);
+      });
+      RunJob(*c, b, 0, Seq(9000, 100));
+      EXPECT_EQ(c->Stats().answers_pending, 1u) << "deferred";
+      Idle(*c, 64);
+      EXPECT_EQ(c->Stats().answers_pending, 0u);
+      EXPECT_EQ(c->Stats().answers_dropped, 0u);
+      ExpectRestored(NextTurn(*c, b, 0, prompt, k.after_prompt, 8000), prompt.size() + k.after_prompt.size(), "memory");
+      ExpectConsistent(*c);
+    }
+  }
   for (const bool known : {true, false}) {
     SCOPED_TRACE(known ? "the next turn holds just the answer" : "the next turn is not known");
     FakeBackend b(Kind::kDense, 2, /*min_batch=*/1);

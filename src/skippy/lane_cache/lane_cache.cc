@@ -128,7 +128,7 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   Held held = std::move(held_[static_cast<size_t>(lane)]);
   held_[static_cast<size_t>(lane)] = Held{};
   const RestoreOutcome r = restorer_.Restore(*strategy_, lane, job, Match(held, job));
-  if (!held.answer.empty() && !Continues(job, held)) Defer(std::move(held), lane);
+  if (Pending(held) && !Continues(job, held)) Defer(std::move(held), lane);
   counters_.answers_pending = PendingAnswers();
   job.plan = PlanPrefill(policy_, prompt.size(), message_ends, job.classes, r.restored, r.branch);
   job.prompt_end_pending = job.records && r.decoded == nullptr;
@@ -309,8 +309,9 @@ void LaneCache::LaneEvent(int32_t lane, const std::string& cache_namespace, std:
 bool LaneCache::Continues(const LaneJob& job, const Held& held) {
   if (job.scope.cache_namespace != held.cache_namespace) return false;
   if (held.next_turn) {
-    return job.prompt.size() > held.tokens.size() &&
-           std::equal(held.tokens.begin(), held.tokens.end(), job.prompt.begin());
+    const size_t n = held.answer_kept ? held.answer_from : held.tokens.size();
+    return job.prompt.size() > n && std::equal(held.tokens.begin(), held.tokens.begin() + static_cast<ptrdiff_t>(n),
+                                               job.prompt.begin());
   }
   const size_t n = held.tokens.size() + held.answer.size();
   return job.prompt.size() > n && std::equal(held.tokens.begin(), held.tokens.end(), job.prompt.begin()) &&
@@ -327,6 +328,7 @@ void LaneCache::Defer(Held&& held, int32_t lane) {
   d.lane = lane;
   d.at = held.answer_at;
   d.next_turn = std::move(held.next_turn);
+  d.kept = held.answer_kept;
   deferred_.push_back(std::move(d));
   // The newest answers are the likeliest to be continued.
   while (deferred_.size() > kMaxDeferredPerLane * held_.size()) {
@@ -354,9 +356,7 @@ std::deque<LaneCache::DeferredAnswer>::iterator LaneCache::OldestDeferred() {
 bool LaneCache::HasIdleWork() const { return PendingAnswers() > 0; }
 
 size_t LaneCache::PendingAnswers() const {
-  return deferred_.size() + static_cast<size_t>(std::count_if(held_.begin(), held_.end(), [](const Held& h) {
-           return !h.answer.empty() || h.answer_kept;
-         }));
+  return deferred_.size() + static_cast<size_t>(std::count_if(held_.begin(), held_.end(), Pending));
 }
 
 void LaneCache::IdleStep(size_t max_rows) {
@@ -370,8 +370,7 @@ void LaneCache::IdleWork(size_t max_rows) {
   // The oldest answer first: its conversation is the likeliest to come back next.
   int32_t lane = -1;
   for (size_t i = 0; i < held_.size(); ++i) {
-    const bool work = !held_[i].answer.empty() || held_[i].answer_kept;
-    if (work && (lane < 0 || held_[i].answer_at < held_[static_cast<size_t>(lane)].answer_at)) {
+    if (Pending(held_[i]) && (lane < 0 || held_[i].answer_at < held_[static_cast<size_t>(lane)].answer_at)) {
       lane = static_cast<int32_t>(i);
     }
   }
@@ -395,15 +394,18 @@ Status LaneCache::Resume(DeferredAnswer& d) {
   int32_t lane = -1;
   for (int pass = 0; pass < 2 && lane < 0; ++pass) {
     for (size_t i = 0; i < held_.size(); ++i) {
-      if (pass == 0 && !held_[i].answer.empty()) continue;
+      if (pass == 0 && Pending(held_[i])) continue;
       if (lane < 0 || finished_at_[i] < finished_at_[static_cast<size_t>(lane)]) lane = static_cast<int32_t>(i);
     }
   }
+  const std::vector<Token> generated = d.kept ? d.answer : std::vector<Token>{};
   if (!Predict(d.prompt, d.answer, d.next_turn)) return absl::NotFoundError("the next turn does not continue the prompt");
+  // A kept answer the next turn holds as generated: the exchange recorded as its job finished serves it.
+  if (d.kept && d.answer == generated) return absl::OkStatus();
   const size_t n = d.prompt.size();
   cache::BatchClasses classes = cache::BatchClasses::Of(n, {}, MinBatch());
   SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(d.cache_namespace, d.prompt, classes));
-  if (!held_[static_cast<size_t>(lane)].answer.empty()) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
+  if (Pending(held_[static_cast<size_t>(lane)])) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
   held_[static_cast<size_t>(lane)] = Held{};
   Status s = restorer_.ImportStored(m.entry.desc, lane, d.prompt);
   if (s.ok() && m.entry.tokens > n) s = backend_.Truncate(lane, static_cast<int32_t>(n));
