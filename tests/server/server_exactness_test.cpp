@@ -389,6 +389,28 @@ TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
   }
 }
 
+// /cache/stats of a server started with --one-row-class=auto, and whether its lone-step measure
+// found the class within the tolerance; checks the measure's report and that the class is on
+// exactly then.
+std::pair<json, bool> MeasuredClass(ServerProcess& p) {
+  const json stats = json::parse(p.Client()->Get("/cache/stats")->body);
+  const json& cls = stats["one_row_class"];
+  EXPECT_EQ(cls.value("mode", ""), "auto") << cls.dump();
+  const json& measured = cls["measured"];
+  if (!measured.contains("ratio") || !measured.contains("tolerance")) {
+    ADD_FAILURE() << "nothing measured: " << cls.dump();
+    return {stats, false};
+  }
+  // The fill stops after a second of prefill (a sanitizer build may reach only its first chunk).
+  EXPECT_GE(measured.value("context", 0), 64) << "the lane holds a context before the measured steps";
+  EXPECT_EQ(measured.value("pairs", 0), 7);
+  EXPECT_GT(measured.value("one_row_class_ms", 0.0), 0);
+  EXPECT_GT(measured.value("default_ms", 0.0), 0);
+  const bool cheap = measured["ratio"].get<double>() <= measured["tolerance"].get<double>();
+  EXPECT_EQ(cls.value("on", !cheap), cheap) << cls.dump();
+  return {stats, cheap};
+}
+
 // --one-row-class=auto (the default) measures a lone decode step in the one-row class and without
 // it at startup and keeps the class only where it costs at most the tolerance; /cache/stats says
 // what it measured and decided. --lane-batching=auto (the default) then steps 2+ lanes together
@@ -400,20 +422,9 @@ TEST(LaneBatching, AutoDecidesOnTheMeasuredLoneStep) {
   auto server = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--one-row-class=auto"},
                                      "lanes-auto");
   ASSERT_TRUE(server);
-  const json stats = json::parse(server->Client()->Get("/cache/stats")->body);
+  const auto [stats, cheap] = MeasuredClass(*server);
   const json lanes = stats["lane_batching"];
-  const json cls = stats["one_row_class"];
   EXPECT_EQ(lanes.value("mode", ""), "auto") << lanes.dump();
-  EXPECT_EQ(cls.value("mode", ""), "auto") << cls.dump();
-  const json measured = cls["measured"];
-  ASSERT_TRUE(measured.contains("ratio")) << cls.dump();
-  // The fill stops after a second of prefill (a sanitizer build may reach only its first chunk).
-  EXPECT_GE(measured.value("context", 0), 64) << "the lane holds a context before the measured steps";
-  EXPECT_EQ(measured.value("pairs", 0), 7);
-  EXPECT_GT(measured.value("one_row_class_ms", 0.0), 0);
-  EXPECT_GT(measured.value("default_ms", 0.0), 0);
-  const bool cheap = measured["ratio"].get<double>() <= measured["tolerance"].get<double>();
-  EXPECT_EQ(cls.value("on", !cheap), cheap) << cls.dump();
   EXPECT_EQ(lanes.value("on", !cheap), cheap) << "llama passes the lane-batching check: " << lanes.dump();
 
   auto ask = [&](int i) {
@@ -559,11 +570,7 @@ TEST(LaneBatching, OneLaneDecidesTheClassOnTheMeasuredLoneStep) {
   auto one = ServerProcess::Start("llama", {"-c", "1024", "--one-row-class=auto", "--answer-prefill-idle-ms", "-1"},
                                   "class-auto-one");
   ASSERT_TRUE(one);
-  const json stats = json::parse(one->Client()->Get("/cache/stats")->body);
-  const json cls = stats["one_row_class"];
-  ASSERT_TRUE(cls["measured"].contains("ratio")) << cls.dump();
-  const bool cheap = cls["measured"]["ratio"].get<double>() <= cls["measured"]["tolerance"].get<double>();
-  EXPECT_EQ(cls.value("on", !cheap), cheap) << cls.dump();
+  const auto [stats, cheap] = MeasuredClass(*one);
   EXPECT_FALSE(stats["lane_batching"].value("on", true)) << stats["lane_batching"].dump();
   EXPECT_EQ(stats["lane_batching"].value("reason", ""), "one lane");
   auto off = ServerProcess::Start("llama", {"-c", "1024", "--no-cache", cheap ? "--one-row-class=on" : "--one-row-class=off"},

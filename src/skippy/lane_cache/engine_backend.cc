@@ -11,12 +11,6 @@
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/sequence_state.h"
 
-#ifndef SKIPPY_LLAMA_COMMIT
-#define SKIPPY_LLAMA_COMMIT "unknown"
-#endif
-#ifndef SKIPPY_LLAMA_PATCHES
-#define SKIPPY_LLAMA_PATCHES "none"
-#endif
 
 namespace skippy::lane_cache {
 
@@ -34,8 +28,7 @@ cache::CacheConfigIdentity IdentityOf(runtime::Engine& engine, uint32_t prefill_
   id.runtime_abi = "skippy-runtime-1";
   // The kernels that computed a payload are part of its identity: the commit, the patch series and
   // whether its batch-invariant products (and their one-row class) were on.
-  id.llama_version = StrCat(SKIPPY_LLAMA_COMMIT, "+patches:", SKIPPY_LLAMA_PATCHES,
-                            runtime::BatchInvariant() ? "+batch-invariant" : "", runtime::OneRowClass() ? "+one-row" : "");
+  id.llama_version = StrCat(runtime::KernelBuild(), runtime::OneRowClass() ? "+one-row" : "");
   id.type_k = eff.type_k;
   id.type_v = eff.type_v;
   id.flash_attn = eff.flash_attn;

@@ -11,6 +11,13 @@
 #include "ggml.h"
 #include "llama.h"
 
+#ifndef SKIPPY_LLAMA_COMMIT
+#define SKIPPY_LLAMA_COMMIT "unknown"
+#endif
+#ifndef SKIPPY_LLAMA_PATCHES
+#define SKIPPY_LLAMA_PATCHES "none"
+#endif
+
 namespace skippy::runtime {
 namespace {
 
@@ -97,6 +104,10 @@ bool SetOneRowClass(bool on) {
 }
 
 bool OneRowClass() { return BatchInvariant() && OneRowClassAvailable() && Switch().get_one_row(); }
+
+std::string KernelBuild() {
+  return std::string(SKIPPY_LLAMA_COMMIT) + "+patches:" + SKIPPY_LLAMA_PATCHES + (BatchInvariant() ? "+batch-invariant" : "");
+}
 
 void EnsureLlamaBackend() {
   static std::once_flag once;

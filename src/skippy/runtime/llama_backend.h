@@ -45,6 +45,11 @@ bool OneRowClassAvailable();
 bool SetOneRowClass(bool on);
 bool OneRowClass();
 
+// The kernels a computation ran on, as part of an identity (cache entries, kept decisions): the
+// pinned llama.cpp commit, the patch series' digest, and "+batch-invariant" when that mode is on
+// (the one-row class is left to the caller: not every identity depends on it).
+std::string KernelBuild();
+
 // The most recent llama.cpp error/warning lines (newest last), joined; empty if none.
 // Clears the buffer.
 std::string TakeLlamaLogTail();

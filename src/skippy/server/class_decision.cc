@@ -10,13 +10,6 @@
 #include "skippy/common/strings.h"
 #include "skippy/runtime/llama_backend.h"
 
-#ifndef SKIPPY_LLAMA_COMMIT
-#define SKIPPY_LLAMA_COMMIT "unknown"
-#endif
-#ifndef SKIPPY_LLAMA_PATCHES
-#define SKIPPY_LLAMA_PATCHES "none"
-#endif
-
 namespace skippy::server {
 
 namespace fs = std::filesystem;
@@ -42,8 +35,7 @@ fs::path FileOf(const std::string& dir, const std::string& key) {
 
 std::string ClassDecisionKey(runtime::Engine& engine) {
   const runtime::ContextOptions& c = engine.context().options();
-  return StrCat("model=", engine.model_digest(), ";llama=", SKIPPY_LLAMA_COMMIT, "+patches:", SKIPPY_LLAMA_PATCHES,
-                runtime::BatchInvariant() ? "+batch-invariant" : "", ";threads=", c.n_threads,
+  return StrCat("model=", engine.model_digest(), ";llama=", runtime::KernelBuild(), ";threads=", c.n_threads,
                 ";flash_attn=", c.flash_attn ? 1 : 0, ";n_batch=", c.n_batch, ";n_ubatch=", c.n_ubatch,
                 ";cpu=", CpuModel());
 }
