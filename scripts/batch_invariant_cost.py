@@ -4,7 +4,8 @@
     scripts/batch_invariant_cost.py MODEL.gguf [ROUNDS] [PORT] [WORDS] [SERVER FLAGS...]
 
 Each round starts build/bin/skippy-server --no-cache (2 threads, 2048-token context, one lane,
-SERVER FLAGS) twice, once with its default batch-invariant kernels and once with
+SERVER FLAGS) twice, once with its default batch-invariant kernels (the one-row class off unless
+SERVER FLAGS choose it: what the kernels cost, not what the class saves) and once with
 --no-batch-invariant (llama.cpp's stock ones), in alternating order, and sends each three
 distinct prompts of WORDS word pairs (280: about 1,500 tokens) that share nothing, generating 32
 tokens each. Prints JSON: per round and kernel set the median cold prefill (timings.prompt_ms)
@@ -25,6 +26,8 @@ extra = sys.argv[5:]
 def run(invariant, round_index):
     cmd = ["build/bin/skippy-server", "-m", model, "--port", str(port), "-c", "2048", "-t", "2", "--parallel", "1",
            "--no-cache"] + extra + ([] if invariant else ["--no-batch-invariant"])
+    if invariant and not any(f.startswith("--one-row-class") for f in extra):
+        cmd.append("--one-row-class=off")
     server = start(cmd, port)
     try:
         stats = get(port, "/cache/stats")

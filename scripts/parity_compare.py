@@ -44,6 +44,8 @@ def settle(ports):
             if get(port, "/cache/stats").get("answers_pending", 0) == 0:
                 break
             time.sleep(0.05)
+        else:
+            raise SystemExit(f"the skippy-server on port {port} still has idle work after 10 s")
 
 
 def prefill_prompt(r):
@@ -122,7 +124,7 @@ def main():
                     procs[name] = start(commands[name], ports[name])
                     completion(ports[name], {"prompt": "Warm up.", "n_predict": 1, "cache_prompt": False})
                     if name == "skippy":
-                        one_row_class = get(ports[name], "/cache/stats").get("one_row_class")
+                        one_row_class = get(ports[name], "/cache/stats").get("one_row_class") or {}
                         samples[name].setdefault("one_row_class_on", []).append(one_row_class.get("on"))
                 if not a.one_up:
                     settle(skippy_ports)

@@ -647,7 +647,9 @@ TEST(AnswerPrefill, ANextTurnRestoresTheAnswerComputedWhileIdle) {
 // restores everything before its new part (where its tokens and those of the same turn with
 // another new part part), with a --no-cache server's tokens and log-probabilities. As chat
 // messages and as a text prompt, without the one-row class and with it (where the lane keeps the
-// tokens generated and idle work prefills the next turn's from where the two part).
+// tokens generated and idle work prefills the next turn's from where the two part). In the text
+// round another conversation takes the lane before idle time (300 ms), so the answer waits in the
+// deferred queue and is resumed from its prompt's entry.
 TEST(AnswerPrefill, ANextTurnSentAsTextRestoresEverythingBeforeItsNewPart) {
   auto msg = [](const std::string& role, const std::string& content) {
     return json{{"role", role}, {"content", content}};
@@ -688,7 +690,8 @@ TEST(AnswerPrefill, ANextTurnSentAsTextRestoresEverythingBeforeItsNewPart) {
     for (const std::string family : {"llama", "gemma3", "qwen3next"}) {
       SCOPED_TRACE(family + ", one-row class " + cls);
       const std::string pin = "--one-row-class=" + cls;
-      auto on = ServerProcess::Start(family, {"-c", "1024", pin}, family + "-text-answer-on-" + cls);
+      auto on = ServerProcess::Start(family, {"-c", "1024", pin, "--answer-prefill-idle-ms", "300"},
+                                     family + "-text-answer-on-" + cls);
       ASSERT_TRUE(on);
       auto off = ServerProcess::Start(family, {"-c", "1024", "--no-cache", pin}, family + "-text-answer-off-" + cls);
       ASSERT_TRUE(off);
@@ -700,6 +703,10 @@ TEST(AnswerPrefill, ANextTurnSentAsTextRestoresEverythingBeforeItsNewPart) {
         SCOPED_TRACE(chat ? "chat" : "text");
         const json a0 = ask(*on, first, 24);
         const std::string reply = chat ? a0["choices"][0]["message"]["content"].get<std::string>() : a0["content"].get<std::string>();
+        if (!chat) {
+          (void)ask(*on, json{{"prompt", "Other: " + Words(7, 80)}}, 4);
+          ++answers;
+        }
         // Every answer so far is prefilled (the chat's next turn's too, on the text turn); in the
         // class, also recorded as decoded when its job finished.
         const json stats = idle_done(*on, ++answers);

@@ -35,7 +35,7 @@ inline std::string ServerBin() { return Env("SKIPPY_SERVER_BIN", SKIPPY_TEST_SER
 
 // The flags a test server starts with: `flags`, and --one-row-class=off unless they choose the
 // class (--one-row-class in any form) or step lanes together whatever it costs (--lane-batching
-// or --lane-batching=on, which take the class). The class's default, auto, is a measure at each
+// or --lane-batching=on, which take the class with 2+ lanes; every such test runs 2+ lanes). The class's default, auto, is a measure at each
 // start, and two servers that a test compares (cache on against --no-cache, a restart against its
 // disk tier) could decide it differently on a tiny model near the tolerance; a test of auto asks
 // for it (--one-row-class=auto).

@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
                "--lane-batching=on|off|auto (--lane-batching alone: on). Decode the lanes' generated tokens in one batch; answers "
                "do not depend on the other lanes: every batch size is one class with the one-row class, a pad row per "
                "lane without it (proved at startup). auto, the default: with 2+ lanes, wherever the one-row class is "
-               "on; on: also where it is not (a pad row per lane; with --one-row-class=auto the class is then turned "
-               "on without measuring); off: one lane at a time")
+               "on; on: also where it is not (a pad row per lane; with 2+ lanes and --one-row-class=auto the class is "
+               "then turned on without measuring); off: one lane at a time")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   std::string lane_groups = "measured";
   app.add_option("--lane-groups", lane_groups,
@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   app.add_option("--answer-prefill-idle-ms", o.answer_prefill_idle_ms,
                  "after this many ms with no request running or waiting, a lane computes the answer its last request "
                  "generated again as prompt rows and records the exchange, so the conversation's next turn restores the "
-                 "answer too (a decoded token is a batch class of its own otherwise); negative: never")
+                 "answer too (a decoded token is a batch class of its own otherwise; in the one-row class the lane keeps "
+                 "the answer as decoded and prefills only what the next turn holds besides); negative: never")
       ->capture_default_str()->check(CLI::Range(-1, 3600000));
   app.add_option("--answer-prefill-rows", o.answer_prefill_rows,
                  "rows per batch of that work at most: a request that arrives meanwhile waits for one batch")

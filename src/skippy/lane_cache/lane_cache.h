@@ -215,10 +215,10 @@ class LaneCache {
     bool kept = false;  // Held::answer_kept: `answer` is the tokens generated, recorded with the prompt
   };
   static constexpr size_t kMaxDeferredPerLane = 4;
-  // Whether `job` is the exchange's next turn: its prompt holds the lane's tokens and the whole
-  // answer, and more (the prompt and more, where the next turn has not been asked yet).
   // A Held with idle work left: an answer to prefill or one kept to check.
   static bool Pending(const Held& held) { return !held.answer.empty() || held.answer_kept; }
+  // Whether `job` is the exchange's next turn: its prompt holds the lane's tokens and the whole
+  // answer, and more (the prompt and more, where the next turn has not been asked yet).
   static bool Continues(const LaneJob& job, const Held& held);
   void Defer(Held&& held, int32_t lane);
   // Asks next_turn (once) for the tokens after `prompt` to prefill as its answer; false when the

@@ -33,9 +33,9 @@ fs::path FileOf(const std::string& dir, const std::string& key) {
 
 }  // namespace
 
-std::string ClassDecisionKey(runtime::Engine& engine) {
+std::string ClassDecisionKey(runtime::Engine& engine, std::string_view measure) {
   const runtime::ContextOptions& c = engine.context().options();
-  return StrCat("model=", engine.model_digest(), ";llama=", runtime::KernelBuild(), ";threads=", c.n_threads,
+  return StrCat("measure=", std::string(measure), ";lane=", engine.LaneCapacity(), ";model=", engine.model_digest(), ";llama=", runtime::KernelBuild(), ";threads=", c.n_threads,
                 ";flash_attn=", c.flash_attn ? 1 : 0, ";n_batch=", c.n_batch, ";n_ubatch=", c.n_ubatch,
                 ";cpu=", CpuModel());
 }

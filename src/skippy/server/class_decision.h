@@ -16,6 +16,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "nlohmann/json.hpp"
 #include "skippy/common/status.h"
@@ -23,10 +24,11 @@
 
 namespace skippy::server {
 
-// What a lone step's cost depends on: the model's digest, the llama.cpp build and its patch series,
-// the kernels in force (batch-invariant or stock), threads, flash attention, the batch, and the CPU
-// model (a directory on a shared disk may be read by another machine).
-std::string ClassDecisionKey(runtime::Engine& engine);
+// What a decision depends on: `measure` (how it was measured and the tolerance it was held to), the
+// model's digest, the llama.cpp build and its patch series, the kernels in force (batch-invariant
+// or stock), threads, flash attention, the batch, the lane's capacity (the measure's context is
+// clamped to it) and the CPU model (a directory on a shared disk may be read by another machine).
+std::string ClassDecisionKey(runtime::Engine& engine, std::string_view measure);
 
 struct ClassDecision {
   bool on = false;

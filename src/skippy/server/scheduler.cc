@@ -218,6 +218,9 @@ void Scheduler::DecideOneRowClass() {
   using Switch = ServerOptions::Switch;
   one_row_class_json_["mode"] = SwitchName(options_.one_row_class);
   std::string decided;
+  // main sets an explicit "on" (and refuses it where there is no class); a Scheduler built
+  // directly gets it here.
+  if (options_.one_row_class == Switch::kOn) (void)runtime::SetOneRowClass(true);
   if (runtime::OneRowClass()) {
     decided = options_.one_row_class == Switch::kOn
                   ? "asked for (--one-row-class=on)"
@@ -228,12 +231,17 @@ void Scheduler::DecideOneRowClass() {
     decided = runtime::BatchInvariant() ? "this build has no one-row class" : "the stock kernels have no one-row class";
   } else {
     // Nothing has read the classes yet (Load calls this first), so the class can still change.
-    const std::string key = options_.cache_dir.empty() ? std::string() : ClassDecisionKey(*engine_);
+    const std::string key =
+        options_.cache_dir.empty()
+            ? std::string()
+            : ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", kLoneStepTolerance));
     if (auto kept = key.empty() ? std::nullopt : LoadClassDecision(options_.cache_dir, key)) {
       runtime::SetOneRowClass(kept->on);
       one_row_class_json_["measured"] = kept->measured;
       one_row_class_json_["kept"] = true;
       decided = StrCat("as measured by an earlier start, kept in the cache dir: ", kept->on ? "on" : "off");
+      std::fprintf(stderr, "skippy-server: the one-row class is %s, as an earlier start on this cache dir measured\n",
+                   kept->on ? "on" : "off");
     } else if (auto cost = MeasureLoneStep(*engine_); !cost.ok()) {
       decided = StrCat("the lone-step measure could not run: ", cost.status().message());
     } else {
@@ -283,8 +291,8 @@ void Scheduler::DecideLaneBatching() {
   } else if (options_.lane_batching == Switch::kOff) {
     no_batching = "off (--lane-batching=off)";
   } else if (options_.lane_batching == Switch::kAuto && !runtime::OneRowClass()) {
-    no_batching = StrCat("auto: lanes step together in the one-row class, which is off (",
-                         one_row_class_json_.value("decided", std::string()), ")");
+    no_batching = StrCat("auto: lanes step together in the one-row class, which is off: ",
+                         one_row_class_json_.value("decided", std::string()));
   } else {
     no_batching = WhyLanesCannotStepTogether();
   }

@@ -65,8 +65,10 @@ struct ServerOptions {
   // After this many milliseconds with no request running or waiting, a lane prefills the answer
   // its last request generated as prompt rows, one batch of at most answer_prefill_rows at a time,
   // and records the exchange, so the conversation's next turn restores the answer too (< 0: never;
-  // lane_cache::LaneCache::IdleStep). Only where a decoded token is a batch class of its own (the
-  // default; with the one-row class the lane keeps the answer as it is).
+  // lane_cache::LaneCache::IdleStep). That is where a decoded token is a batch class of its own
+  // (the one-row class off); with the class on the lane keeps the answer as decoded, and idle work
+  // prefills only what the next turn holds besides (a reply that tokenizes otherwise, a chat
+  // template's end of turn and next header).
   int answer_prefill_idle_ms = 50;
   uint32_t answer_prefill_rows = 16;
   uint32_t decoded_entries = 1024;  // exact-repeat (decoded-result) entries
