@@ -252,6 +252,28 @@ TEST_F(DiskTierTest, ASecondOwnerIsRefusedWithAClearError) {
   EXPECT_TRUE(DiskTier::Open(Options(), MakeScope().config).ok());
 }
 
+TEST_F(DiskTierTest, ALockTakenBeforeOpenIsTheTiersAndReleasedWithIt) {
+  auto lock = CacheDirLock::Acquire(dir_.string());
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  EXPECT_TRUE(fs::is_directory(dir_));
+  // Held, the directory is refused to anyone else, in this process too.
+  auto refused = DiskTier::Open(Options(), MakeScope().config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  // Another directory's lock is not this one's.
+  auto other = CacheDirLock::Acquire((dir_ / "other").string());
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto wrong = DiskTier::Open(Options(), MakeScope().config, *other);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  auto t = DiskTier::Open(Options(), MakeScope().config, *lock);
+  ASSERT_TRUE(t.ok()) << t.status();
+  lock->reset();  // the tier holds it now
+  EXPECT_FALSE(CacheDirLock::Acquire(dir_.string()).ok());
+  t->reset();
+  EXPECT_TRUE(CacheDirLock::Acquire(dir_.string()).ok());
+}
+
 TEST_F(DiskTierTest, AnUnusableDirectoryIsAClearErrorAtOpen) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "file") << "x";

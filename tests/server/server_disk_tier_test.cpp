@@ -271,9 +271,13 @@ std::pair<int, std::string> RunToExit(const std::vector<std::string>& flags, con
 TEST_F(DiskTierFaults, ASecondServerOnTheDirectoryIsRefused) {
   auto first = ServerProcess::Start("llama", Flags({"--cache-dir", dir_.string()}), name_ + "-first");
   ASSERT_TRUE(first);
-  auto [rc, log] = RunToExit(Flags({"--cache-dir", dir_.string()}), name_);
+  // The second asks for a measured class: it is refused before it measures, so it never writes a
+  // decision into the directory it does not own (the first, pinned, writes none).
+  auto [rc, log] = RunToExit(Flags({"--cache-dir", dir_.string(), "--one-row-class=auto"}), name_);
   EXPECT_NE(rc, 0);
   EXPECT_NE(log.find("is in use by another process (pid " + std::to_string(first->pid())), std::string::npos) << log;
+  EXPECT_EQ(log.find("lone decode step"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir_ / "one-row-class"));
   EXPECT_TRUE(first->alive());
 }
 

@@ -155,54 +155,71 @@ Status DiskTierOptions::Validate() const {
   return absl::OkStatus();
 }
 
-StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options, const CacheConfigIdentity& identity) {
-  SKIPPY_RETURN_IF_ERROR(options.Validate());
-  SKIPPY_RETURN_IF_ERROR(identity.Validate());
+StatusOr<std::shared_ptr<const CacheDirLock>> CacheDirLock::Acquire(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("cache dir: no directory");
   std::error_code ec;
-  for (const char* sub : {"entries", "tmp"}) {
-    fs::create_directories(fs::path(options.dir) / sub, ec);
-    if (ec) return ErrnoStatus(ec.value(), StrCat("cache dir ", options.dir, ": cannot create ", sub, "/"));
-  }
-  const std::string lock_path = (fs::path(options.dir) / "LOCK").string();
+  fs::create_directories(dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), StrCat("cache dir ", dir, ": cannot create it"));
+  const std::string lock_path = (fs::path(dir) / "LOCK").string();
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, StrCat("cache dir ", options.dir, ": cannot open LOCK"));
+  if (fd < 0) return ErrnoStatus(errno, StrCat("cache dir ", dir, ": cannot open LOCK"));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char pid[32] = {};
     (void)::pread(fd, pid, sizeof(pid) - 1, 0);
     ::close(fd);
     if (err == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(StrCat("cache dir ", options.dir, " is in use by another process (pid ",
+      return absl::FailedPreconditionError(StrCat("cache dir ", dir, " is in use by another process (pid ",
                                                   std::string_view(pid).substr(0, std::string_view(pid).find('\n')),
                                                   "); give each server its own --cache-dir"));
     }
-    return ErrnoStatus(err, StrCat("cache dir ", options.dir, ": cannot lock"));
+    return ErrnoStatus(err, StrCat("cache dir ", dir, ": cannot lock"));
   }
   const std::string me = StrCat(::getpid(), "\n");
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const int err = errno;
     ::close(fd);
-    return ErrnoStatus(err, StrCat("cache dir ", options.dir, " is not writable"));
+    return ErrnoStatus(err, StrCat("cache dir ", dir, " is not writable"));
   }
-  std::unique_ptr<DiskTier> tier(new DiskTier(options, identity, fd));
+  return std::shared_ptr<const CacheDirLock>(new CacheDirLock(dir, fd));
+}
+
+CacheDirLock::~CacheDirLock() { ::close(fd_); }
+
+StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options, const CacheConfigIdentity& identity,
+                                                   std::shared_ptr<const CacheDirLock> lock) {
+  SKIPPY_RETURN_IF_ERROR(options.Validate());
+  SKIPPY_RETURN_IF_ERROR(identity.Validate());
+  if (lock && lock->dir() != options.dir) {
+    return absl::InvalidArgumentError(StrCat("disk tier: the lock held is ", lock->dir(), "'s, not ", options.dir, "'s"));
+  }
+  std::error_code ec;
+  for (const char* sub : {"entries", "tmp"}) {
+    fs::create_directories(fs::path(options.dir) / sub, ec);
+    if (ec) return ErrnoStatus(ec.value(), StrCat("cache dir ", options.dir, ": cannot create ", sub, "/"));
+  }
+  if (!lock) {
+    SKIPPY_ASSIGN_OR_RETURN(lock, CacheDirLock::Acquire(options.dir));
+  }
+  std::unique_ptr<DiskTier> tier(new DiskTier(options, identity, std::move(lock)));
   SKIPPY_RETURN_IF_ERROR(tier->Load());
   tier->writer_.Start([t = tier.get()](TierWriter::Pending p) { t->Write(std::move(p)); });
   return tier;
 }
 
-DiskTier::DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity, int lock_fd)
+DiskTier::DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity,
+                   std::shared_ptr<const CacheDirLock> lock)
     : options_(options),
       identity_(identity),
       identity_encoding_(PrefixScope{identity, ""}.CanonicalEncoding()),
-      lock_fd_(lock_fd),
+      lock_(std::move(lock)),
       writer_(options.max_queued_bytes) {
   stats_.dir = options.dir;
   stats_.capacity_bytes = options.max_bytes;
 }
 
 DiskTier::~DiskTier() {
-  writer_.Stop();  // writes what is queued
-  ::close(lock_fd_);  // releases the flock
+  writer_.Stop();  // writes what is queued; lock_ (a member) is released after this
 }
 
 PrefixScope DiskTier::ScopeOf(const std::string& ns) const { return PrefixScope{identity_, ns}; }

@@ -87,13 +87,36 @@ struct DiskTierStats {
   double write_ms = 0;           // total time writing entries
 };
 
+// The flock on DIR/LOCK that makes one process DIR's owner. A server takes it before it reads or
+// writes anything under DIR (the disk tier, the one-row class decision kept beside it), so a
+// second server on the same directory is refused before it has touched any of it.
+class CacheDirLock {
+ public:
+  // Creates DIR if needed and locks it, writing this process's pid into LOCK. FailedPrecondition
+  // when another process (or another CacheDirLock of this one) holds it; the OS error's code when
+  // DIR cannot be created or LOCK written.
+  [[nodiscard]] static StatusOr<std::shared_ptr<const CacheDirLock>> Acquire(const std::string& dir);
+  ~CacheDirLock();  // releases the flock
+  CacheDirLock(const CacheDirLock&) = delete;
+  CacheDirLock& operator=(const CacheDirLock&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  CacheDirLock(std::string dir, int fd) : dir_(std::move(dir)), fd_(fd) {}
+  const std::string dir_;
+  const int fd_;
+};
+
 class DiskTier final : public PrefixTier {
  public:
-  // Creates DIR (and its subdirectories) if needed, takes its lock and rebuilds the index.
-  // InvalidArgument for bad options or identity; FailedPrecondition when another process holds
-  // DIR; PermissionDenied (or the OS error's code) when DIR cannot be created or written.
+  // Creates DIR (and its subdirectories) if needed, takes its lock (or keeps `lock`, which must be
+  // DIR's) and rebuilds the index. InvalidArgument for bad options or identity, or a lock of
+  // another directory; FailedPrecondition when another process holds DIR; PermissionDenied (or
+  // the OS error's code) when DIR cannot be created or written.
   [[nodiscard]] static StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
-                                                                const CacheConfigIdentity& identity);
+                                                                const CacheConfigIdentity& identity,
+                                                                std::shared_ptr<const CacheDirLock> lock = nullptr);
   // Writes what is queued, then releases the lock.
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
@@ -124,7 +147,8 @@ class DiskTier final : public PrefixTier {
     uint64_t file_bytes = 0;
   };
 
-  DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity, int lock_fd);
+  DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& identity,
+           std::shared_ptr<const CacheDirLock> lock);
   Status Load();
   PrefixScope ScopeOf(const std::string& tenant_namespace) const;
   void Write(TierWriter::Pending p);  // on the writer's thread
@@ -135,7 +159,7 @@ class DiskTier final : public PrefixTier {
   const DiskTierOptions options_;
   const CacheConfigIdentity identity_;
   const std::string identity_encoding_;
-  const int lock_fd_;
+  const std::shared_ptr<const CacheDirLock> lock_;
 
   mutable std::mutex mu_;
   RadixIndex index_;

@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<LaneCache>> LaneCache::Create(const LaneCacheOptions& o
     d.dir = o.disk_dir;
     d.max_bytes = o.disk_bytes;
     d.min_free_bytes = o.disk_min_free_bytes;
-    SKIPPY_ASSIGN_OR_RETURN(disk, cache::DiskTier::Open(d, facts.identity));
+    SKIPPY_ASSIGN_OR_RETURN(disk, cache::DiskTier::Open(d, facts.identity, o.disk_lock));
   }
   std::unique_ptr<cache::SharedTier> shared;
   if (o.enabled && o.shared) {

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "skippy/cache/disk_tier.h"
 #include "skippy/cache/shared_tier.h"
 
 namespace skippy::lane_cache {
@@ -47,6 +49,8 @@ struct LaneCacheOptions {
   // The disk tier (cache::DiskTier): entries are written through to this directory and read back
   // after a RAM miss or a restart. "" for none; not opened while the cache is off.
   std::string disk_dir;
+  // disk_dir's lock where the caller took it first (cache::CacheDirLock); null: Create takes it.
+  std::shared_ptr<const cache::CacheDirLock> disk_lock;
   uint64_t disk_bytes = uint64_t{8} << 30;
   uint64_t disk_min_free_bytes = uint64_t{256} << 20;
 

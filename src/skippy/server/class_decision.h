@@ -11,7 +11,8 @@
 // "measured"}, written to a temporary file and renamed into place. A file that cannot be read or
 // parsed, or whose key differs, is ignored: the server measures and writes it anew.
 //
-// Thread-safety: none needed; the scheduler calls these once, at load.
+// Thread-safety: none needed; the scheduler calls these once, at load, holding the directory's lock
+// (cache::CacheDirLock), so a second server refused the directory never reads or writes them.
 #pragma once
 
 #include <optional>

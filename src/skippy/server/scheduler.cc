@@ -93,6 +93,11 @@ Scheduler::Scheduler(ServerOptions options, Metrics& metrics) : options_(std::mo
 Scheduler::~Scheduler() { Stop(); }
 
 Status Scheduler::Load() {
+  // The cache dir is this server's before anything under it is read or written (the class
+  // decision below, then the disk tier): a second server on it is refused here.
+  if (options_.cache_enabled && !options_.cache_dir.empty()) {
+    SKIPPY_ASSIGN_OR_RETURN(cache_dir_lock_, cache::CacheDirLock::Acquire(options_.cache_dir));
+  }
   runtime::EngineOptions eo;
   eo.model_path = options_.model_path;
   // The same context whether the cache is on or off (--no-cache must compute the same numbers).
@@ -128,6 +133,7 @@ Status Scheduler::Load() {
       options_.cache_enabled && engine_->family().learned ? CertifyLearnedFamily() : std::string();
   SKIPPY_ASSIGN_OR_RETURN(backend_, lane_cache::EngineBackend::Create(*engine_, options_.prefill_chunk));
   lane_cache::LaneCacheOptions lo = CacheOptionsOf(options_);
+  lo.disk_lock = cache_dir_lock_;
   if (!learned_off.empty()) {
     lo.enabled = false;
     lo.disabled_reason = learned_off;
@@ -232,7 +238,7 @@ void Scheduler::DecideOneRowClass() {
   } else {
     // Nothing has read the classes yet (Load calls this first), so the class can still change.
     const std::string key =
-        options_.cache_dir.empty()
+        cache_dir_lock_ == nullptr
             ? std::string()
             : ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", kLoneStepTolerance));
     if (auto kept = key.empty() ? std::nullopt : LoadClassDecision(options_.cache_dir, key)) {
