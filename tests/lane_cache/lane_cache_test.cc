@@ -745,6 +745,11 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
   const Case cases[] = {
       {"the template's end of turn and header after the answer", Cat(answer, Seq(9900, 5)), 5},
       {"a reply that tokenizes otherwise from its 16th token", Cat(Seq(5000, 15), Seq(7000, 8)), 8},
+      // A dense lane serves any prefix of what it holds; a hybrid one computes the prefix again.
+      {"a next turn that stops inside the answer", Seq(5000, 15), 0},
+  };
+  auto strict_prefix = [&](const Case& k) {
+    return k.after_prompt.size() < answer.size() && std::equal(k.after_prompt.begin(), k.after_prompt.end(), answer.begin());
   };
   for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
     for (const Case& k : cases) {
@@ -764,7 +769,8 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
       Idle(*c, 64);
       EXPECT_EQ(asked, 1);
       EXPECT_EQ(c->Stats().answers_pending, 0u);
-      EXPECT_EQ(b.kv(0), Cat(prompt, k.after_prompt));
+      const bool dense_holds_it = kind == Kind::kDense && strict_prefix(k);
+      EXPECT_EQ(b.kv(0), dense_holds_it ? Cat(prompt, answer) : Cat(prompt, k.after_prompt));
       if (kind == Kind::kDense) {
         EXPECT_EQ(c->Stats().answer_prefill_tokens, k.prefilled);
       } else {
@@ -774,7 +780,7 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
         EXPECT_EQ(b.onto_restores(), onto + (extends ? 0 : 1));
         EXPECT_EQ(c->Stats().answer_prefill_tokens, extends ? k.prefilled : k.after_prompt.size());
       }
-      EXPECT_EQ(c->Stats().answer_records, 2u);
+      EXPECT_EQ(c->Stats().answer_records, dense_holds_it ? 1u : 2u);
       EXPECT_EQ(c->Stats().answers_dropped, 0u);
       const size_t n = prompt.size() + k.after_prompt.size();
       ExpectRestored(NextTurn(*c, b, 0, prompt, k.after_prompt), n, "lane");
@@ -783,8 +789,9 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
     }
   }
   // Another conversation takes the lane before idle time: the kept answer waits in the deferred
-  // queue and is resumed on an idle lane from the prompt's entry (or left as recorded, where the
-  // next turn holds it as generated); the next turn then restores all it holds from memory.
+  // queue and is resumed on an idle lane from the exchange's entry where that serves the start of
+  // what the next turn holds (a dense one any prefix of the answer, a hybrid one all of it), else
+  // from the prompt's; the next turn then restores all it holds from memory.
   for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
     for (const Case& k : cases) {
       SCOPED_TRACE(std::string(kind == Kind::kDense ? "deferred, dense: " : "deferred, hybrid: ") + k.name);
@@ -798,9 +805,32 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
       Idle(*c, 64);
       EXPECT_EQ(c->Stats().answers_pending, 0u);
       EXPECT_EQ(c->Stats().answers_dropped, 0u);
+      const bool extends = k.after_prompt.size() > answer.size() &&
+                           std::equal(answer.begin(), answer.end(), k.after_prompt.begin());
+      EXPECT_EQ(c->Stats().answer_prefill_tokens,
+                kind == Kind::kDense || extends ? k.prefilled : k.after_prompt.size());
       ExpectRestored(NextTurn(*c, b, 0, prompt, k.after_prompt, 8000), prompt.size() + k.after_prompt.size(), "memory");
       ExpectConsistent(*c);
     }
+  }
+  {
+    // A hybrid lane whose prompt entry is gone (the cache keeps one entry, the exchange's) cannot
+    // go back to the prompt end: it keeps the exchange it holds and serves a turn that extends it.
+    SCOPED_TRACE("hybrid, the prompt's entry evicted");
+    FakeBackend b(Kind::kHybrid, 2, /*min_batch=*/1);
+    LaneCacheOptions o = AnswerPrefill();
+    o.max_entries = 1;
+    auto c = Make(b, o);
+    RunTurn(*c, b, 0, prompt, answer, {}, "", [&]() -> std::optional<std::vector<Token>> {
+      return Cat(prompt, cases[1].after_prompt);
+    });
+    Idle(*c, 64);
+    EXPECT_EQ(c->Stats().answers_pending, 0u);
+    EXPECT_EQ(c->Stats().answers_dropped, 1u);
+    EXPECT_EQ(b.kv(0), Cat(prompt, answer));
+    EXPECT_EQ(b.recurrent(0), FakeBackend::Chain(Cat(prompt, answer)));
+    ExpectRestored(NextTurn(*c, b, 0, prompt, answer), prompt.size() + answer.size(), "lane");
+    ExpectConsistent(*c);
   }
   for (const bool known : {true, false}) {
     SCOPED_TRACE(known ? "the next turn holds just the answer" : "the next turn is not known");

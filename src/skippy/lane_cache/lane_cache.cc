@@ -400,25 +400,43 @@ Status LaneCache::Resume(DeferredAnswer& d) {
   }
   const std::vector<Token> generated = d.kept ? d.answer : std::vector<Token>{};
   if (!Predict(d.prompt, d.answer, d.next_turn)) return absl::NotFoundError("the next turn does not continue the prompt");
-  // A kept answer the next turn holds as generated: the exchange recorded as its job finished serves it.
-  if (d.kept && d.answer == generated) return absl::OkStatus();
   const size_t n = d.prompt.size();
-  cache::BatchClasses classes = cache::BatchClasses::Of(n, {}, MinBatch());
-  SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(d.cache_namespace, d.prompt, classes));
+  // A kept answer's exchange, recorded as its job finished, serves what the next turn holds as
+  // generated: a dense entry any prefix of it, a hybrid one all of it only.
+  size_t from_exchange = 0;
+  if (d.kept) {
+    const size_t common = static_cast<size_t>(
+        std::mismatch(generated.begin(), generated.end(), d.answer.begin(), d.answer.end()).first - generated.begin());
+    if (strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv || common == generated.size()) from_exchange = common;
+    if (from_exchange == d.answer.size()) return absl::OkStatus();
+  }
+  std::vector<Token> start = d.prompt;
+  start.insert(start.end(), d.answer.begin(), d.answer.begin() + static_cast<ptrdiff_t>(from_exchange));
+  cache::BatchClasses classes = cache::BatchClasses::Of(start.size(), {}, MinBatch());
+  StatusOr<cache::Match> m = EntryOf(d.cache_namespace, start, classes);
+  if (!m.ok() && absl::IsNotFound(m.status()) && from_exchange > 0) {
+    // The exchange's entry is gone: from the prompt's.
+    from_exchange = 0;
+    start.resize(n);
+    classes = cache::BatchClasses::Of(n, {}, MinBatch());
+    m = EntryOf(d.cache_namespace, start, classes);
+  }
+  SKIPPY_RETURN_IF_ERROR(m.status());
   if (Pending(held_[static_cast<size_t>(lane)])) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
   held_[static_cast<size_t>(lane)] = Held{};
-  Status s = restorer_.ImportStored(m.entry.desc, lane, d.prompt);
-  if (s.ok() && m.entry.tokens > n) s = backend_.Truncate(lane, static_cast<int32_t>(n));
-  if (s.ok() && backend_.SequenceLength(lane) != static_cast<int32_t>(n)) s = absl::InternalError("the lane holds another length");
+  const auto restored = static_cast<int32_t>(start.size());
+  Status s = restorer_.ImportStored(m->entry.desc, lane, start);
+  if (s.ok() && m->entry.tokens > start.size()) s = backend_.Truncate(lane, restored);
+  if (s.ok() && backend_.SequenceLength(lane) != restored) s = absl::InternalError("the lane holds another length");
   if (!s.ok()) {
     (void)backend_.Clear(lane);
     return s;
   }
   Held& held = held_[static_cast<size_t>(lane)];
-  held.tokens = std::move(d.prompt);
+  held.tokens = std::move(start);
   held.cache_namespace = std::move(d.cache_namespace);
   held.classes = std::move(classes);
-  held.answer = std::move(d.answer);
+  held.answer.assign(d.answer.begin() + static_cast<ptrdiff_t>(from_exchange), d.answer.end());
   held.answer_from = n;
   held.answer_at = d.at;
   finished_at_[static_cast<size_t>(lane)] = ++finishes_;  // the next deferred answer takes another lane
@@ -440,9 +458,10 @@ StatusOr<cache::Match> LaneCache::EntryOf(const std::string& cache_namespace, st
   return *r.match;
 }
 
-Status LaneCache::RewindToPrompt(int32_t lane, const Held& held) {
-  SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(held.cache_namespace, held.tokens, held.classes));
-  return restorer_.RestoreRecurrentOnto(m.entry, lane, held.tokens.size());
+Status LaneCache::RewindToPrompt(int32_t lane, const std::string& cache_namespace, std::span<const Token> prompt,
+                                 const cache::BatchClasses& classes) {
+  SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(cache_namespace, prompt, classes));
+  return restorer_.RestoreRecurrentOnto(m.entry, lane, prompt.size());
 }
 
 bool LaneCache::KeptAnswerToPrefill(int32_t lane, Held& held) {
@@ -453,28 +472,40 @@ bool LaneCache::KeptAnswerToPrefill(int32_t lane, Held& held) {
   // A next turn that does not continue the prompt (or is not known) leaves the exchange as recorded.
   if (!Predict(std::span(held.tokens).first(from), next, held.next_turn)) return false;
   const size_t common = static_cast<size_t>(std::mismatch(kept.begin(), kept.end(), next.begin(), next.end()).first - kept.begin());
-  if (common == next.size()) return false;  // the lane holds all of it
   const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
-  if (dense || common == kept.size()) {
-    // Any cut is exact in the one-row class; a hybrid lane goes on only from all it holds.
-    if (dense) {
-      if (Status s = backend_.Truncate(lane, static_cast<int32_t>(from + common));
-          !s.ok() || backend_.SequenceLength(lane) != static_cast<int32_t>(from + common)) {
-        Warn("answer prefill: cut back", s.ok() ? absl::InternalError("the lane holds another length") : s);
-        (void)backend_.Clear(lane);
-        held = Held{};
-        ++counters_.answers_dropped;
-        return false;
-      }
+  // Any cut of a dense lane is exact in the one-row class, so it serves every prefix of what it
+  // holds; a hybrid lane (and its exchange's entry) serves only all of it.
+  if (common == next.size() && (dense || common == kept.size())) return false;
+  auto fail = [&](const char* what, const Status& s) {
+    Warn(what, s);
+    (void)backend_.Clear(lane);
+    held = Held{};
+    ++counters_.answers_dropped;
+    return false;
+  };
+  if (dense) {
+    if (Status s = backend_.Truncate(lane, static_cast<int32_t>(from + common));
+        !s.ok() || backend_.SequenceLength(lane) != static_cast<int32_t>(from + common)) {
+      return fail("answer prefill: cut back", s.ok() ? absl::InternalError("the lane holds another length") : s);
     }
     held.tokens.resize(from + common);
-    held.answer.assign(next.begin() + static_cast<ptrdiff_t>(common), next.end());
-  } else {
-    // The prompt end's recurrent state comes back from its entry first (PrefillAnswer).
+  } else if (common < kept.size()) {
+    // The prompt end's recurrent state comes back from its entry; where that is gone, the lane
+    // keeps the exchange as recorded (and serves a prompt that extends it).
+    const std::span<const Token> prompt = std::span(held.tokens).first(from);
+    if (Status s = RewindToPrompt(lane, held.cache_namespace, prompt, cache::BatchClasses::Of(from, {}, MinBatch()));
+        !s.ok()) {
+      if (!absl::IsNotFound(s)) return fail("answer prefill: recurrent restore", s);
+      ++counters_.answers_dropped;
+      return false;
+    }
+    if (backend_.SequenceLength(lane) != static_cast<int32_t>(from)) {
+      return fail("answer prefill", absl::InternalError("the lane was not cut back"));
+    }
     held.tokens.resize(from);
-    held.answer = std::move(next);
-    held.answer_decoded = true;
   }
+  // A hybrid lane that holds all it computed goes on from there.
+  held.answer.assign(next.begin() + static_cast<ptrdiff_t>(held.tokens.size() - from), next.end());
   held.classes = cache::BatchClasses::Of(held.tokens.size(), {}, MinBatch());
   return true;
 }
@@ -503,7 +534,7 @@ void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
   }
   const auto n = static_cast<int32_t>(held.tokens.size());
   if (held.answer_decoded) {
-    if (Status s = RewindToPrompt(lane, held); !s.ok()) {
+    if (Status s = RewindToPrompt(lane, held.cache_namespace, held.tokens, held.classes); !s.ok()) {
       // The lane still holds the prompt and the decoded rows, as without idle work.
       held.answer.clear();
       ++counters_.answers_dropped;

@@ -203,8 +203,9 @@ class LaneCache {
     bool answer_kept = false;
     NextTurnFn next_turn;  // not asked yet: `answer` is the generated tokens, none prefilled
   };
-  // An answer whose lane another conversation took before it was prefilled: the prompt's entry is
-  // imported into an idle lane for it later.
+  // An answer whose lane another conversation took before it was prefilled: the prompt's entry (for
+  // a kept answer, the exchange's where it serves part of what the next turn holds) is imported
+  // into an idle lane for it later.
   struct DeferredAnswer {
     std::string cache_namespace;
     std::vector<Token> prompt;
@@ -225,13 +226,16 @@ class LaneCache {
   // next turn does not start with the prompt or leaves less than a batch after it.
   bool Predict(std::span<const Token> prompt, std::vector<Token>& answer, NextTurnFn& next_turn) const;
   // For a Held::answer_kept lane: asks the next turn and, where it holds other tokens after the
-  // prompt than the lane, sets `held` up for PrefillAnswer to compute them (cutting a dense lane back
-  // to where the two part); false when there is nothing to prefill.
+  // prompt than the lane serves, sets `held` up for PrefillAnswer to compute them (a dense lane cut
+  // back to where the two part; a hybrid lane that cannot go on from all it holds rewound to the
+  // prompt's entry); false when there is nothing to prefill. A hybrid lane whose prompt entry is
+  // gone keeps the exchange as recorded.
   bool KeptAnswerToPrefill(int32_t lane, Held& held);
   // IdleStep's work; answers (held or deferred) still to prefill or check.
   void IdleWork(size_t max_rows);
   size_t PendingAnswers() const;
-  // A deferred answer into a lane: its prompt's entry imported, the answer to prefill held.
+  // A deferred answer into a lane: its prompt's entry imported (a kept answer's exchange entry,
+  // where it holds the start of what the next turn holds after the prompt), the rest to prefill held.
   Status Resume(DeferredAnswer& d);
   LaneHeld Match(const Held& held, const LaneJob& job) const;
   // The job's plan with a record added at `tokens` (RecordAlso), or nullopt.
@@ -244,9 +248,11 @@ class LaneCache {
                                  const cache::BatchClasses& classes) const;
   // The deferred answer that finished first (end() when none).
   std::deque<DeferredAnswer>::iterator OldestDeferred();
-  // A hybrid lane holding `held.tokens` and decoded answer rows after them: the prompt end's
-  // recurrent state from its entry, the attention KV cut back to the prompt.
-  Status RewindToPrompt(int32_t lane, const Held& held);
+  // A hybrid lane holding `prompt` and decoded answer rows after them: the prompt end's recurrent
+  // state from its entry (computed in `classes`), the attention KV cut back to the prompt. NotFound,
+  // with the lane untouched, where there is no such entry.
+  Status RewindToPrompt(int32_t lane, const std::string& cache_namespace, std::span<const Token> prompt,
+                        const cache::BatchClasses& classes);
   // Reports what a lane holds now (CacheEvent::kLane; no tokens: nothing it serves).
   void LaneEvent(int32_t lane, const std::string& cache_namespace, std::span<const Token> tokens);
 
