@@ -762,9 +762,12 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
         return Cat(prompt, k.after_prompt);
       });
       EXPECT_EQ(b.kv(0), Cat(prompt, answer)) << "the lane keeps the answer as decoded";
-      EXPECT_EQ(c->Stats().answer_records, 1u) << "the exchange is recorded as the job finishes";
+      EXPECT_EQ(c->Stats().answer_records, 0u) << "the exchange is recorded in idle time, not as the job finishes";
       EXPECT_EQ(asked, 0) << "asked in idle time, not when the job finishes";
       EXPECT_EQ(c->Stats().answers_pending, 1u);
+      c->IdleStep(64);
+      EXPECT_EQ(c->Stats().answer_records, 1u) << "the first idle step records the exchange";
+      EXPECT_EQ(asked, 0) << "and does nothing else";
       const int onto = b.onto_restores();
       Idle(*c, 64);
       EXPECT_EQ(asked, 1);
@@ -842,11 +845,75 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
     });
     ASSERT_TRUE(c->HasIdleWork());
     const int before = b.prefills();
-    EXPECT_EQ(Idle(*c, 64), 1);
+    EXPECT_EQ(Idle(*c, 64), 2) << "the exchange's record, then the next turn's check";
     EXPECT_EQ(b.prefills(), before);
     EXPECT_EQ(b.kv(0), Cat(prompt, answer));
     EXPECT_EQ(c->Stats().answer_records, 1u);
     EXPECT_EQ(c->Stats().answers_dropped, 0u);
+  }
+}
+
+// In the one-row class the exchange a job leaves in its lane is recorded off the job's response:
+// in idle time, or before the next job on any lane changes a lane; not at all where a dense lane's
+// next job extends it (that job's prompt-end record serves it). Without idle work, as the job
+// finishes.
+TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
+  const auto prompt = Seq(1, 100), answer = Seq(5000, 21);
+  const size_t n = prompt.size() + answer.size();
+  for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
+    SCOPED_TRACE(kind == Kind::kDense ? "dense" : "hybrid");
+    {
+      SCOPED_TRACE("the next turn on another lane, no idle time between");
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      RunTurn(*c, b, 0, prompt, answer);
+      EXPECT_EQ(c->Stats().answer_records, 0u);
+      EXPECT_TRUE(c->HasIdleWork());
+      ExpectRestored(NextTurn(*c, b, 1, prompt, answer), n, "memory");
+      EXPECT_EQ(c->Stats().answer_records, 1u);
+      EXPECT_EQ(b.kv(0), Cat(prompt, answer)) << "lane 0 is untouched";
+      ExpectConsistent(*c);
+    }
+    {
+      SCOPED_TRACE("another conversation takes the lane");
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      RunTurn(*c, b, 0, prompt, answer);
+      RunJob(*c, b, 0, Seq(9000, 100));
+      EXPECT_EQ(c->Stats().answer_records, 1u);
+      ExpectRestored(NextTurn(*c, b, 1, prompt, answer), n, "memory");
+      ExpectConsistent(*c);
+    }
+    {
+      SCOPED_TRACE("the next turn on the same lane");
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      RunTurn(*c, b, 0, prompt, answer);
+      ExpectRestored(NextTurn(*c, b, 0, prompt, answer), n, "lane");
+      EXPECT_EQ(c->Stats().answer_records, kind == Kind::kDense ? 0u : 1u)
+          << "a dense lane's next prompt-end record serves the exchange; a hybrid state serves its own length only";
+      EXPECT_FALSE(c->HasIdleWork());
+      ExpectRestored(NextTurn(*c, b, 1, prompt, answer, 8000), n, "memory");
+      ExpectConsistent(*c);
+    }
+    {
+      SCOPED_TRACE("a Clear of the namespace before idle time");
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      RunTurn(*c, b, 0, prompt, answer);
+      c->Clear(std::nullopt);
+      Idle(*c, 64);
+      EXPECT_EQ(c->Stats().answer_records, 0u) << "a cleared exchange is not recorded";
+      EXPECT_EQ(c->Stats().cache.pool.index.entries, 0u);
+    }
+    {
+      SCOPED_TRACE("without idle work");
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b);
+      RunTurn(*c, b, 0, prompt, answer);
+      EXPECT_EQ(c->Stats().answer_records, 1u) << "recorded as the job finishes";
+      EXPECT_FALSE(c->HasIdleWork());
+    }
   }
 }
 

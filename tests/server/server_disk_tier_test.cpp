@@ -231,6 +231,43 @@ TEST_F(DiskTierFaults, AMeasuredClassIsKeptForTheNextStart) {
   }
 }
 
+// In the one-row class a finished job's exchange (its prompt and the tokens decoded after it) is
+// recorded in idle time, off the response; a server stopped before it was idle records it as it
+// stops, so a restart serves the conversation's next turn the exchange from disk, with a
+// --no-cache server's bits.
+TEST_F(DiskTierFaults, AnExchangeNotYetRecordedIsWrittenAsTheServerStops) {
+  const std::vector<std::string> flags = {"-c", "512", "--prefill-chunk", "128", "--cache-record-stride", "64",
+                                          "--runtime-lane-count", "1", "--answer-prefill-idle-ms", "600000",
+                                          "--one-row-class=on", "--cache-dir", dir_.string()};
+  const Workload w = MakeWorkload(21);
+  std::vector<int> turn = w.Prompt(0, 0);
+  {
+    auto first = ServerProcess::Start("llama", flags, name_ + "-rec");
+    ASSERT_TRUE(first);
+    const json a = Complete(*first->Client(), turn);
+    const json stats = Stats(*first);
+    EXPECT_EQ(stats.value("answer_records", -1), 0) << stats.dump();
+    EXPECT_EQ(stats.value("answers_pending", -1), 1) << stats.dump();
+    // The last token sampled was never decoded into the lane.
+    const std::vector<int> generated = a["tokens"].get<std::vector<int>>();
+    ASSERT_EQ(generated.size(), 6u);
+    turn.insert(turn.end(), generated.begin(), generated.end() - 1);
+    EXPECT_EQ(first->Stop(), 0) << first->LogTail();
+  }
+  const size_t exchange = turn.size();
+  turn.insert(turn.end(), w.questions[1].begin(), w.questions[1].end());
+  auto again = ServerProcess::Start("llama", flags, name_ + "-again");
+  ASSERT_TRUE(again);
+  auto ref = ServerProcess::Start("llama", Flags({"--no-cache", "--one-row-class=on"}), name_ + "-ref");
+  ASSERT_TRUE(ref);
+  const json a = Complete(*again->Client(), turn);
+  EXPECT_EQ(a["skippy"].value("cache_tier", ""), "disk") << a["skippy"].dump();
+  EXPECT_EQ(a["timings"].value("cache_n", size_t{0}), exchange) << a["timings"].dump();
+  const json b = Complete(*ref->Client(), turn);
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(a["completion_probabilities"], b["completion_probabilities"]);
+}
+
 TEST_F(DiskTierFaults, TheByteCapHoldsWithEvictions) {
   // Each tiny-llama entry of 140-290 tokens is 30-70 KB; 0.0002 GiB (~215 KB) holds a few.
   auto s = ServerProcess::Start("llama", Flags({"--cache-dir", dir_.string(), "--cache-disk-gib", "0.0002"}),

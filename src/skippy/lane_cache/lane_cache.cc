@@ -122,6 +122,18 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   job.prompt.assign(prompt.begin(), prompt.end());
   job.classes = cache::BatchClasses::Of(prompt.size(), message_ends, MinBatch());
   job.records = strategy_->serves() && prompt.size() >= MinBatch();
+  // Exchanges Finish left unrecorded, before any lane changes; not this lane's where it is dense and
+  // the job extends all it holds: the job's prompt-end record serves the exchange as a prefix
+  // (unless that record serves its own length only).
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const Held& h = held_[i];
+    if (!h.exchange_unrecorded) continue;
+    const bool extended = static_cast<int32_t>(i) == lane &&
+                          strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv &&
+                          !strategy_->ExactOnly(prompt.size()) && job.scope.cache_namespace == h.cache_namespace && prompt.size() > h.tokens.size() &&
+                          std::equal(h.tokens.begin(), h.tokens.end(), prompt.begin());
+    if (!extended) RecordExchange(static_cast<int32_t>(i));
+  }
   // The lane changes from here on: what it held is read once, then forgotten. An answer still to
   // prefill there is this prompt's to compute where it continues the exchange (the rows done are
   // part of what the lane held), else it waits for idle time in the deferred queue.
@@ -234,6 +246,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
   held = Held{};
   const auto n = static_cast<int32_t>(job.prompt.size());
   bool keep = false;
+  bool record_later = false;
   if (completed && n > 0 && strategy_->lane_keep() != FamilyStrategy::LaneKeep::kNothing) {
     // Generated tokens were decoded one row at a time: they join the lane's prompt where a one-row
     // batch is in the prompt rows' class. A conversation's next turn starts with this exchange; as
@@ -246,7 +259,9 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
       job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
     }
     const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
-    if (with_answer && job.records &&
+    // With idle work, the exchange is recorded then or before the lane next changes (Begin).
+    record_later = with_answer && job.records && options_.answer_prefill;
+    if (with_answer && job.records && !record_later &&
         (dense ? recorder_.Resident(lane, job.scope, job.prompt, job.classes, strategy_->ExactOnly(job.prompt.size()))
                : recorder_.Recurrent(lane, job.scope, job.prompt, job.classes))) {
       ++counters_.answer_records;
@@ -285,6 +300,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
     held.tokens = std::move(job.prompt);
     held.cache_namespace = job.scope.cache_namespace;
     held.classes = std::move(job.classes);
+    held.exchange_unrecorded = record_later;
   } else {
     (void)backend_.Clear(lane);
   }
@@ -356,7 +372,27 @@ std::deque<LaneCache::DeferredAnswer>::iterator LaneCache::OldestDeferred() {
 bool LaneCache::HasIdleWork() const { return PendingAnswers() > 0; }
 
 size_t LaneCache::PendingAnswers() const {
-  return deferred_.size() + static_cast<size_t>(std::count_if(held_.begin(), held_.end(), Pending));
+  return deferred_.size() + static_cast<size_t>(std::count_if(held_.begin(), held_.end(), [](const Held& h) {
+           return Pending(h) || h.exchange_unrecorded;
+         }));
+}
+
+void LaneCache::RecordExchanges() {
+  for (size_t i = 0; i < held_.size(); ++i) RecordExchange(static_cast<int32_t>(i));
+  counters_.answers_pending = PendingAnswers();
+}
+
+void LaneCache::RecordExchange(int32_t lane) {
+  Held& held = held_[static_cast<size_t>(lane)];
+  if (!held.exchange_unrecorded) return;
+  held.exchange_unrecorded = false;
+  if (!TenantOf(held.cache_namespace)) return;  // a Clear since: its records would be unreachable
+  const cache::PrefixScope scope{backend_.facts().identity, held.cache_namespace};
+  const bool recorded = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv
+                            ? recorder_.Resident(lane, scope, held.tokens, held.classes,
+                                                 strategy_->ExactOnly(held.tokens.size()))
+                            : recorder_.Recurrent(lane, scope, held.tokens, held.classes);
+  if (recorded) ++counters_.answer_records;
 }
 
 void LaneCache::IdleStep(size_t max_rows) {
@@ -367,6 +403,10 @@ void LaneCache::IdleStep(size_t max_rows) {
 void LaneCache::IdleWork(size_t max_rows) {
   if (std::any_of(jobs_.begin(), jobs_.end(), [](const LaneJob& j) { return j.active; })) return;
   max_rows = std::max(max_rows, 2 * MinBatch());
+  // An exchange Finish left unrecorded first: one export, before anything changes a lane.
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (held_[i].exchange_unrecorded) return RecordExchange(static_cast<int32_t>(i));
+  }
   // The oldest answer first: its conversation is the likeliest to come back next.
   int32_t lane = -1;
   for (size_t i = 0; i < held_.size(); ++i) {
@@ -422,6 +462,7 @@ Status LaneCache::Resume(DeferredAnswer& d) {
     m = EntryOf(d.cache_namespace, start, classes);
   }
   SKIPPY_RETURN_IF_ERROR(m.status());
+  RecordExchange(lane);
   if (Pending(held_[static_cast<size_t>(lane)])) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
   held_[static_cast<size_t>(lane)] = Held{};
   const auto restored = static_cast<int32_t>(start.size());
@@ -511,6 +552,7 @@ bool LaneCache::KeptAnswerToPrefill(int32_t lane, Held& held) {
 }
 
 void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
+  RecordExchange(lane);
   Held& held = held_[static_cast<size_t>(lane)];
   // A Clear since the job: its records would be unreachable.
   if (!TenantOf(held.cache_namespace)) {

@@ -25,7 +25,11 @@
 //        a token decoded alone is computed as a prompt row) a dense or hybrid lane also keeps
 //        the generated tokens decoded into it and records them with the prompt as an entry, so a
 //        conversation's next turn restores the previous answer too, on any lane (a hybrid lane
-//        itself serves only a prompt that extends everything it holds). Where the scheduler
+//        itself serves only a prompt that extends everything it holds). With idle work on, that
+//        record waits (the export is off the finishing request's response): idle work makes it
+//        first, and the next Begin on any lane makes every one still waiting before it restores,
+//        except a dense lane's own whose new job extends all it holds (that job's prompt-end
+//        record serves the exchange too). Where the scheduler
 //        knows what the next turn will hold (NextTurnFn, below) and that differs from the tokens
 //        decoded (a reply that tokenizes otherwise when the client sends it back, a chat
 //        template's end of turn and next header), idle work prefills the difference: a dense lane
@@ -155,12 +159,15 @@ class LaneCache {
   // keeps what it held.
   void Finish(int32_t lane, bool completed, std::span<const Token> generated = {}, NextTurnFn next_turn = {});
 
-  // Whether a lane has an answer to prefill (see above).
+  // Records every exchange Finish left to idle work (a scheduler that stops calls it, so that the
+  // tiers that outlive the process keep them).
+  void RecordExchanges();
+  // Whether a lane has an answer to prefill or an exchange to record (see above).
   bool HasIdleWork() const;
-  // Prefills one batch of at most max_rows (raised to 2 * MinBatch()) of one lane's answer and
-  // records the exchange when the answer is done, or brings a deferred answer's prompt into a
-  // lane. A lane whose batch fails is cleared. Does nothing while a job is between Begin and
-  // Finish.
+  // Records one lane's exchange that Finish left to idle work, or prefills one batch of at most
+  // max_rows (raised to 2 * MinBatch()) of one lane's answer and records the exchange when the
+  // answer is done, or brings a deferred answer's prompt into a lane. A lane whose batch fails is
+  // cleared. Does nothing while a job is between Begin and Finish.
   void IdleStep(size_t max_rows);
 
   // Drops every entry of one tenant namespace, or of all when nullopt; returns how many prefix
@@ -201,6 +208,9 @@ class LaneCache {
     // With a smallest exact batch of 1: `tokens` holds the prompt and the answer as decoded (prompt
     // KV, recorded), and next_turn has not been asked whether the next turn holds them too.
     bool answer_kept = false;
+    // `tokens` (prompt and answer as decoded) are to be recorded as an entry before the lane
+    // changes (RecordExchange): Finish left it to idle work or the next Begin.
+    bool exchange_unrecorded = false;
     NextTurnFn next_turn;  // not asked yet: `answer` is the generated tokens, none prefilled
   };
   // An answer whose lane another conversation took before it was prefilled: the prompt's entry (for
@@ -240,6 +250,9 @@ class LaneCache {
   LaneHeld Match(const Held& held, const LaneJob& job) const;
   // The job's plan with a record added at `tokens` (RecordAlso), or nullopt.
   std::optional<PrefillPlan> PlanRecordAlso(const LaneJob& job, size_t tokens, size_t pos) const;
+  // Records what the lane holds where Finish left it unrecorded (Held::exchange_unrecorded), unless
+  // its namespace was cleared since.
+  void RecordExchange(int32_t lane);
   // IdleStep on one lane.
   void PrefillAnswer(int32_t lane, size_t max_rows);
   // The entry serving exactly `tokens`, computed in `classes` (unpinned: use it before anything

@@ -444,6 +444,9 @@ void Scheduler::Loop() {
             lanes_[i].job.reset();
           }
         }
+        // The exchanges idle work had not recorded yet, for the tiers that outlive the process.
+        lock.unlock();
+        cache_->RecordExchanges();
         return;
       }
       controls.assign(controls_.begin(), controls_.end());
