@@ -854,9 +854,8 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
 }
 
 // In the one-row class the exchange a job leaves in its lane is recorded off the job's response:
-// in idle time, or before the next job on any lane changes a lane; not at all where a dense lane's
-// next job extends it (that job's prompt-end record serves it). Without idle work, as the job
-// finishes.
+// when the scheduler asks (RecordExchanges), else in idle time or before the next job on any lane
+// changes a lane. Without idle work, as the job finishes.
 TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
   const auto prompt = Seq(1, 100), answer = Seq(5000, 21);
   const size_t n = prompt.size() + answer.size();
@@ -890,10 +889,22 @@ TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
       auto c = Make(b, AnswerPrefill());
       RunTurn(*c, b, 0, prompt, answer);
       ExpectRestored(NextTurn(*c, b, 0, prompt, answer), n, "lane");
-      EXPECT_EQ(c->Stats().answer_records, kind == Kind::kDense ? 0u : 1u)
-          << "a dense lane's next prompt-end record serves the exchange; a hybrid state serves its own length only";
+      EXPECT_EQ(c->Stats().answer_records, 1u) << "recorded before the lane goes on";
       EXPECT_FALSE(c->HasIdleWork());
       ExpectRestored(NextTurn(*c, b, 1, prompt, answer, 8000), n, "memory");
+      ExpectConsistent(*c);
+    }
+    {
+      SCOPED_TRACE("the scheduler asks once the response is out");
+      FakeBackend b(kind, 2, /*min_batch=*/1);
+      auto c = Make(b, AnswerPrefill());
+      RunTurn(*c, b, 0, prompt, answer);
+      EXPECT_EQ(c->Stats().answers_pending, 1u);
+      c->RecordExchanges();
+      EXPECT_EQ(c->Stats().answer_records, 1u);
+      EXPECT_EQ(c->Stats().answers_pending, 0u) << "nothing else to do: the next turn is not known";
+      EXPECT_EQ(b.kv(0), Cat(prompt, answer));
+      ExpectRestored(NextTurn(*c, b, 1, prompt, answer), n, "memory");
       ExpectConsistent(*c);
     }
     {

@@ -232,10 +232,10 @@ TEST_F(DiskTierFaults, AMeasuredClassIsKeptForTheNextStart) {
 }
 
 // In the one-row class a finished job's exchange (its prompt and the tokens decoded after it) is
-// recorded in idle time, off the response; a server stopped before it was idle records it as it
-// stops, so a restart serves the conversation's next turn the exchange from disk, with a
-// --no-cache server's bits.
-TEST_F(DiskTierFaults, AnExchangeNotYetRecordedIsWrittenAsTheServerStops) {
+// recorded once its response is out, not in idle time (none comes here): a server stopped right
+// after writes it to disk, and a restart serves the conversation's next turn the exchange from
+// disk, with a --no-cache server's bits.
+TEST_F(DiskTierFaults, AnExchangeIsOnDiskAfterAStopWithNoIdleTime) {
   const std::vector<std::string> flags = {"-c", "512", "--prefill-chunk", "128", "--cache-record-stride", "64",
                                           "--runtime-lane-count", "1", "--answer-prefill-idle-ms", "600000",
                                           "--one-row-class=on", "--cache-dir", dir_.string()};
@@ -245,9 +245,6 @@ TEST_F(DiskTierFaults, AnExchangeNotYetRecordedIsWrittenAsTheServerStops) {
     auto first = ServerProcess::Start("llama", flags, name_ + "-rec");
     ASSERT_TRUE(first);
     const json a = Complete(*first->Client(), turn);
-    const json stats = Stats(*first);
-    EXPECT_EQ(stats.value("answer_records", -1), 0) << stats.dump();
-    EXPECT_EQ(stats.value("answers_pending", -1), 1) << stats.dump();
     // The last token sampled was never decoded into the lane.
     const std::vector<int> generated = a["tokens"].get<std::vector<int>>();
     ASSERT_EQ(generated.size(), 6u);

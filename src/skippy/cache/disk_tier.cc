@@ -219,7 +219,7 @@ DiskTier::DiskTier(const DiskTierOptions& options, const CacheConfigIdentity& id
 }
 
 DiskTier::~DiskTier() {
-  writer_.Stop();  // writes what is queued; lock_ (a member) is released after this
+  writer_.Stop();  // writes what is queued; then lock_, a member, drops this tier's reference
 }
 
 PrefixScope DiskTier::ScopeOf(const std::string& ns) const { return PrefixScope{identity_, ns}; }

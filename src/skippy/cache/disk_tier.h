@@ -117,7 +117,7 @@ class DiskTier final : public PrefixTier {
   [[nodiscard]] static StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
                                                                 const CacheConfigIdentity& identity,
                                                                 std::shared_ptr<const CacheDirLock> lock = nullptr);
-  // Writes what is queued, then releases the lock.
+  // Writes what is queued, then drops its reference to the lock (released with the last one).
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;

@@ -122,18 +122,8 @@ JobStart LaneCache::Begin(int32_t lane, const std::string& tenant_namespace, std
   job.prompt.assign(prompt.begin(), prompt.end());
   job.classes = cache::BatchClasses::Of(prompt.size(), message_ends, MinBatch());
   job.records = strategy_->serves() && prompt.size() >= MinBatch();
-  // Exchanges Finish left unrecorded, before any lane changes; not this lane's where it is dense and
-  // the job extends all it holds: the job's prompt-end record serves the exchange as a prefix
-  // (unless that record serves its own length only).
-  for (size_t i = 0; i < held_.size(); ++i) {
-    const Held& h = held_[i];
-    if (!h.exchange_unrecorded) continue;
-    const bool extended = static_cast<int32_t>(i) == lane &&
-                          strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv &&
-                          !strategy_->ExactOnly(prompt.size()) && job.scope.cache_namespace == h.cache_namespace && prompt.size() > h.tokens.size() &&
-                          std::equal(h.tokens.begin(), h.tokens.end(), prompt.begin());
-    if (!extended) RecordExchange(static_cast<int32_t>(i));
-  }
+  // Exchanges Finish left unrecorded, before any lane changes.
+  RecordExchanges();
   // The lane changes from here on: what it held is read once, then forgotten. An answer still to
   // prefill there is this prompt's to compute where it continues the exchange (the rows done are
   // part of what the lane held), else it waits for idle time in the deferred queue.
@@ -259,7 +249,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
       job.classes = cache::BatchClasses::Of(job.prompt.size(), {}, MinBatch());
     }
     const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
-    // With idle work, the exchange is recorded then or before the lane next changes (Begin).
+    // With idle work, after the job's response (RecordExchanges), or before the lane next changes.
     record_later = with_answer && job.records && options_.answer_prefill;
     if (with_answer && job.records && !record_later &&
         (dense ? recorder_.Resident(lane, job.scope, job.prompt, job.classes, strategy_->ExactOnly(job.prompt.size()))
@@ -438,10 +428,11 @@ Status LaneCache::Resume(DeferredAnswer& d) {
       if (lane < 0 || finished_at_[i] < finished_at_[static_cast<size_t>(lane)]) lane = static_cast<int32_t>(i);
     }
   }
+  RecordExchange(lane);  // before a lookup whose match a record could evict; IdleWork made it already
   const std::vector<Token> generated = d.kept ? d.answer : std::vector<Token>{};
   if (!Predict(d.prompt, d.answer, d.next_turn)) return absl::NotFoundError("the next turn does not continue the prompt");
   const size_t n = d.prompt.size();
-  // A kept answer's exchange, recorded as its job finished, serves what the next turn holds as
+  // A kept answer's exchange, recorded after its job finished, serves what the next turn holds as
   // generated: a dense entry any prefix of it, a hybrid one all of it only.
   size_t from_exchange = 0;
   if (d.kept) {
@@ -462,7 +453,6 @@ Status LaneCache::Resume(DeferredAnswer& d) {
     m = EntryOf(d.cache_namespace, start, classes);
   }
   SKIPPY_RETURN_IF_ERROR(m.status());
-  RecordExchange(lane);
   if (Pending(held_[static_cast<size_t>(lane)])) Defer(std::move(held_[static_cast<size_t>(lane)]), lane);
   held_[static_cast<size_t>(lane)] = Held{};
   const auto restored = static_cast<int32_t>(start.size());

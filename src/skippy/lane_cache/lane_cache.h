@@ -26,10 +26,9 @@
 //        the generated tokens decoded into it and records them with the prompt as an entry, so a
 //        conversation's next turn restores the previous answer too, on any lane (a hybrid lane
 //        itself serves only a prompt that extends everything it holds). With idle work on, that
-//        record waits (the export is off the finishing request's response): idle work makes it
-//        first, and the next Begin on any lane makes every one still waiting before it restores,
-//        except a dense lane's own whose new job extends all it holds (that job's prompt-end
-//        record serves the exchange too). Where the scheduler
+//        record waits so that the export is off the finishing request's response: the scheduler
+//        calls RecordExchanges once the response is out, and failing that, the first idle step or
+//        the next Begin on any lane (before it restores anything) makes it. Where the scheduler
 //        knows what the next turn will hold (NextTurnFn, below) and that differs from the tokens
 //        decoded (a reply that tokenizes otherwise when the client sends it back, a chat
 //        template's end of turn and next header), idle work prefills the difference: a dense lane
@@ -159,8 +158,8 @@ class LaneCache {
   // keeps what it held.
   void Finish(int32_t lane, bool completed, std::span<const Token> generated = {}, NextTurnFn next_turn = {});
 
-  // Records every exchange Finish left to idle work (a scheduler that stops calls it, so that the
-  // tiers that outlive the process keep them).
+  // Records every exchange Finish left unrecorded (see Finish): a scheduler calls it once a
+  // finished job's response is out.
   void RecordExchanges();
   // Whether a lane has an answer to prefill or an exchange to record (see above).
   bool HasIdleWork() const;
@@ -206,10 +205,11 @@ class LaneCache {
     uint64_t answer_at = 0;  // finishes_ when its job finished (oldest answers go first)
     bool answer_decoded = false;
     // With a smallest exact batch of 1: `tokens` holds the prompt and the answer as decoded (prompt
-    // KV, recorded), and next_turn has not been asked whether the next turn holds them too.
+    // KV, recorded or exchange_unrecorded), and next_turn has not been asked whether the next turn
+    // holds them too.
     bool answer_kept = false;
     // `tokens` (prompt and answer as decoded) are to be recorded as an entry before the lane
-    // changes (RecordExchange): Finish left it to idle work or the next Begin.
+    // changes (RecordExchange): Finish left it for after the job's response.
     bool exchange_unrecorded = false;
     NextTurnFn next_turn;  // not asked yet: `answer` is the generated tokens, none prefilled
   };

@@ -23,7 +23,8 @@ struct LaneCacheCounters {
                                                 // Clear came, the prompt's entry was gone, a batch failed,
                                                 // the next turn worked out would not start with the prompt
   std::atomic<uint64_t> answers_pending{0};     // now, not cumulative: answers idle work has yet to
-                                                // prefill or check against their next turn
+                                                // prefill or check against their next turn, and
+                                                // lanes whose exchange is yet to be recorded
   std::atomic<uint64_t> record_skips{0};        // records not made (full, present, failed export)
   std::atomic<uint64_t> evictions{0};           // entries dropped for a cap
   std::atomic<uint64_t> stored_hits{0};         // restores imported from the payload tier

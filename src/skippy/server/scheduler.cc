@@ -95,7 +95,7 @@ Scheduler::~Scheduler() { Stop(); }
 Status Scheduler::Load() {
   // The cache dir is this server's before anything under it is read or written (the class
   // decision below, then the disk tier): a second server on it is refused here.
-  if (options_.cache_enabled && !options_.cache_dir.empty()) {
+  if (!options_.cache_dir.empty()) {
     SKIPPY_ASSIGN_OR_RETURN(cache_dir_lock_, cache::CacheDirLock::Acquire(options_.cache_dir));
   }
   runtime::EngineOptions eo;
@@ -444,9 +444,6 @@ void Scheduler::Loop() {
             lanes_[i].job.reset();
           }
         }
-        // The exchanges idle work had not recorded yet, for the tiers that outlive the process.
-        lock.unlock();
-        cache_->RecordExchanges();
         return;
       }
       controls.assign(controls_.begin(), controls_.end());
@@ -780,6 +777,8 @@ void Scheduler::FinishLane(int32_t id, std::string reason, std::optional<ApiErro
     --busy_;
   }
   job->Finish(std::move(reason), std::move(error), timings);
+  // The exchange the lane keeps is recorded once the response is on its way (LaneCache::Finish).
+  cache_->RecordExchanges();
 }
 
 }  // namespace skippy::server

@@ -182,7 +182,7 @@ class Scheduler {
 
   ServerOptions options_;
   Metrics& metrics_;
-  // The cache dir's lock, from the start of Load while the cache is on with a --cache-dir: the
+  // The cache dir's lock, from the start of Load with a --cache-dir (the cache on or off): the
   // class decision and the disk tier are read and written under it.
   std::shared_ptr<const cache::CacheDirLock> cache_dir_lock_;
   std::unique_ptr<runtime::Engine> engine_;
