@@ -859,13 +859,18 @@ TEST(AnswerPrefill, InTheOneRowClassTheLaneKeepsItsAnswerAndPrefillsWhatTheNextT
 TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
   const auto prompt = Seq(1, 100), answer = Seq(5000, 21);
   const size_t n = prompt.size() + answer.size();
+  // A one-row-class cache whose lane 0 has answered `prompt` with `answer`.
+  auto answered = [&](FakeBackend& b) {
+    auto c = Make(b, AnswerPrefill());
+    RunTurn(*c, b, 0, prompt, answer);
+    return c;
+  };
   for (Kind kind : {Kind::kDense, Kind::kHybrid}) {
     SCOPED_TRACE(kind == Kind::kDense ? "dense" : "hybrid");
     {
       SCOPED_TRACE("the next turn on another lane, no idle time between");
       FakeBackend b(kind, 2, /*min_batch=*/1);
-      auto c = Make(b, AnswerPrefill());
-      RunTurn(*c, b, 0, prompt, answer);
+      auto c = answered(b);
       EXPECT_EQ(c->Stats().answer_records, 0u);
       EXPECT_TRUE(c->HasIdleWork());
       ExpectRestored(NextTurn(*c, b, 1, prompt, answer), n, "memory");
@@ -876,8 +881,7 @@ TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
     {
       SCOPED_TRACE("another conversation takes the lane");
       FakeBackend b(kind, 2, /*min_batch=*/1);
-      auto c = Make(b, AnswerPrefill());
-      RunTurn(*c, b, 0, prompt, answer);
+      auto c = answered(b);
       RunJob(*c, b, 0, Seq(9000, 100));
       EXPECT_EQ(c->Stats().answer_records, 1u);
       ExpectRestored(NextTurn(*c, b, 1, prompt, answer), n, "memory");
@@ -886,8 +890,7 @@ TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
     {
       SCOPED_TRACE("the next turn on the same lane");
       FakeBackend b(kind, 2, /*min_batch=*/1);
-      auto c = Make(b, AnswerPrefill());
-      RunTurn(*c, b, 0, prompt, answer);
+      auto c = answered(b);
       ExpectRestored(NextTurn(*c, b, 0, prompt, answer), n, "lane");
       EXPECT_EQ(c->Stats().answer_records, 1u) << "recorded before the lane goes on";
       EXPECT_FALSE(c->HasIdleWork());
@@ -897,8 +900,7 @@ TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
     {
       SCOPED_TRACE("the scheduler asks once the response is out");
       FakeBackend b(kind, 2, /*min_batch=*/1);
-      auto c = Make(b, AnswerPrefill());
-      RunTurn(*c, b, 0, prompt, answer);
+      auto c = answered(b);
       EXPECT_EQ(c->Stats().answers_pending, 1u);
       c->RecordExchanges();
       EXPECT_EQ(c->Stats().answer_records, 1u);
@@ -910,8 +912,7 @@ TEST(AnswerPrefill, AnExchangeLeftUnrecordedIsRecordedBeforeAnyLaneChanges) {
     {
       SCOPED_TRACE("a Clear of the namespace before idle time");
       FakeBackend b(kind, 2, /*min_batch=*/1);
-      auto c = Make(b, AnswerPrefill());
-      RunTurn(*c, b, 0, prompt, answer);
+      auto c = answered(b);
       c->Clear(std::nullopt);
       Idle(*c, 64);
       EXPECT_EQ(c->Stats().answer_records, 0u) << "a cleared exchange is not recorded";

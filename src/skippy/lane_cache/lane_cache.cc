@@ -251,11 +251,7 @@ void LaneCache::Finish(int32_t lane, bool completed, std::span<const Token> gene
     const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
     // With idle work, after the job's response (RecordExchanges), or before the lane next changes.
     record_later = with_answer && job.records && options_.answer_prefill;
-    if (with_answer && job.records && !record_later &&
-        (dense ? recorder_.Resident(lane, job.scope, job.prompt, job.classes, strategy_->ExactOnly(job.prompt.size()))
-               : recorder_.Recurrent(lane, job.scope, job.prompt, job.classes))) {
-      ++counters_.answer_records;
-    }
+    if (with_answer && job.records && !record_later) RecordExchangeEntry(lane, job.scope, job.prompt, job.classes);
     // Otherwise, where every batch of 2+ rows is one class, the answer is prefilled again as
     // prompt rows between jobs (IdleStep).
     const bool answer_later = !with_answer && options_.answer_prefill && job.records &&
@@ -377,11 +373,14 @@ void LaneCache::RecordExchange(int32_t lane) {
   if (!held.exchange_unrecorded) return;
   held.exchange_unrecorded = false;
   if (!TenantOf(held.cache_namespace)) return;  // a Clear since: its records would be unreachable
-  const cache::PrefixScope scope{backend_.facts().identity, held.cache_namespace};
+  RecordExchangeEntry(lane, {backend_.facts().identity, held.cache_namespace}, held.tokens, held.classes);
+}
+
+void LaneCache::RecordExchangeEntry(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> tokens,
+                                    const cache::BatchClasses& classes) {
   const bool recorded = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv
-                            ? recorder_.Resident(lane, scope, held.tokens, held.classes,
-                                                 strategy_->ExactOnly(held.tokens.size()))
-                            : recorder_.Recurrent(lane, scope, held.tokens, held.classes);
+                            ? recorder_.Resident(lane, scope, tokens, classes, strategy_->ExactOnly(tokens.size()))
+                            : recorder_.Recurrent(lane, scope, tokens, classes);
   if (recorded) ++counters_.answer_records;
 }
 
@@ -589,12 +588,7 @@ void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
   if (!held.answer.empty()) return;
   // The exchange, as a recompute of the next turn computes it: an entry for whichever lane the
   // next turn lands on.
-  const cache::PrefixScope scope{backend_.facts().identity, held.cache_namespace};
-  const bool recorded = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv
-                            ? recorder_.Resident(lane, scope, held.tokens, held.classes,
-                                                 strategy_->ExactOnly(held.tokens.size()))
-                            : recorder_.Recurrent(lane, scope, held.tokens, held.classes);
-  if (recorded) ++counters_.answer_records;
+  RecordExchangeEntry(lane, {backend_.facts().identity, held.cache_namespace}, held.tokens, held.classes);
   LaneEvent(lane, held.cache_namespace, held.tokens);
 }
 

@@ -253,6 +253,9 @@ class LaneCache {
   // Records what the lane holds where Finish left it unrecorded (Held::exchange_unrecorded), unless
   // its namespace was cleared since.
   void RecordExchange(int32_t lane);
+  // Records `tokens`, which the lane holds, as an exchange's entry (counted in answer_records).
+  void RecordExchangeEntry(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> tokens,
+                           const cache::BatchClasses& classes);
   // IdleStep on one lane.
   void PrefillAnswer(int32_t lane, size_t max_rows);
   // The entry serving exactly `tokens`, computed in `classes` (unpinned: use it before anything
