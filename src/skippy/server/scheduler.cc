@@ -259,8 +259,9 @@ void Scheduler::DecideOneRowClass() {
                       : "a lone decode step costs more than the tolerance in the class: off";
       std::fprintf(stderr,
                    "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it "
-                   "(%.3fx, %zu tokens of context): the class is %s\n",
-                   cost->class_ms, cost->default_ms, cost->ratio, cost->context, cheap ? "on" : "off");
+                   "(medians; the median ratio of %zu back-to-back pairs is %.3fx, %zu tokens of context): the class "
+                   "is %s\n",
+                   cost->class_ms, cost->default_ms, cost->pairs, cost->ratio, cost->context, cheap ? "on" : "off");
       // A restart on this directory then decides the same (class_decision.h).
       if (!key.empty()) {
         if (Status s = SaveClassDecision(options_.cache_dir, key, {cheap, one_row_class_json_["measured"]}); !s.ok()) {
