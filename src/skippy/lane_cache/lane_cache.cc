@@ -392,7 +392,8 @@ void LaneCache::IdleStep(size_t max_rows) {
 void LaneCache::IdleWork(size_t max_rows) {
   if (std::any_of(jobs_.begin(), jobs_.end(), [](const LaneJob& j) { return j.active; })) return;
   max_rows = std::max(max_rows, 2 * MinBatch());
-  // An exchange Finish left unrecorded first: one export, before anything changes a lane.
+  // An exchange Finish left unrecorded first: one export, before anything changes a lane
+  // (PrefillAnswer and Resume, below, run only once none is left).
   for (size_t i = 0; i < held_.size(); ++i) {
     if (held_[i].exchange_unrecorded) return RecordExchange(static_cast<int32_t>(i));
   }
@@ -427,19 +428,13 @@ Status LaneCache::Resume(DeferredAnswer& d) {
       if (lane < 0 || finished_at_[i] < finished_at_[static_cast<size_t>(lane)]) lane = static_cast<int32_t>(i);
     }
   }
-  RecordExchange(lane);  // before a lookup whose match a record could evict; IdleWork made it already
   const std::vector<Token> generated = d.kept ? d.answer : std::vector<Token>{};
   if (!Predict(d.prompt, d.answer, d.next_turn)) return absl::NotFoundError("the next turn does not continue the prompt");
   const size_t n = d.prompt.size();
   // A kept answer's exchange, recorded after its job finished, serves what the next turn holds as
   // generated: a dense entry any prefix of it, a hybrid one all of it only.
-  size_t from_exchange = 0;
-  if (d.kept) {
-    const size_t common = static_cast<size_t>(
-        std::mismatch(generated.begin(), generated.end(), d.answer.begin(), d.answer.end()).first - generated.begin());
-    if (strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv || common == generated.size()) from_exchange = common;
-    if (from_exchange == d.answer.size()) return absl::OkStatus();
-  }
+  size_t from_exchange = d.kept ? KeptServes(generated, d.answer) : 0;
+  if (d.kept && from_exchange == d.answer.size()) return absl::OkStatus();
   std::vector<Token> start = d.prompt;
   start.insert(start.end(), d.answer.begin(), d.answer.begin() + static_cast<ptrdiff_t>(from_exchange));
   cache::BatchClasses classes = cache::BatchClasses::Of(start.size(), {}, MinBatch());
@@ -488,6 +483,18 @@ StatusOr<cache::Match> LaneCache::EntryOf(const std::string& cache_namespace, st
   return *r.match;
 }
 
+size_t LaneCache::KeptServes(std::span<const Token> kept, std::span<const Token> next) const {
+  const auto common = static_cast<size_t>(std::mismatch(kept.begin(), kept.end(), next.begin(), next.end()).first - kept.begin());
+  return strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv || common == kept.size() ? common : 0;
+}
+
+void LaneCache::DropAnswer(int32_t lane, const char* what, const Status& s) {
+  Warn(what, s);
+  (void)backend_.Clear(lane);
+  held_[static_cast<size_t>(lane)] = Held{};
+  ++counters_.answers_dropped;
+}
+
 Status LaneCache::RewindToPrompt(int32_t lane, const std::string& cache_namespace, std::span<const Token> prompt,
                                  const cache::BatchClasses& classes) {
   SKIPPY_ASSIGN_OR_RETURN(const cache::Match m, EntryOf(cache_namespace, prompt, classes));
@@ -501,25 +508,19 @@ bool LaneCache::KeptAnswerToPrefill(int32_t lane, Held& held) {
   std::vector<Token> next(kept.begin(), kept.end());
   // A next turn that does not continue the prompt (or is not known) leaves the exchange as recorded.
   if (!Predict(std::span(held.tokens).first(from), next, held.next_turn)) return false;
-  const size_t common = static_cast<size_t>(std::mismatch(kept.begin(), kept.end(), next.begin(), next.end()).first - kept.begin());
-  const bool dense = strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv;
-  // Any cut of a dense lane is exact in the one-row class, so it serves every prefix of what it
-  // holds; a hybrid lane (and its exchange's entry) serves only all of it.
-  if (common == next.size() && (dense || common == kept.size())) return false;
+  const size_t served = KeptServes(kept, next);
+  if (served == next.size()) return false;
   auto fail = [&](const char* what, const Status& s) {
-    Warn(what, s);
-    (void)backend_.Clear(lane);
-    held = Held{};
-    ++counters_.answers_dropped;
+    DropAnswer(lane, what, s);
     return false;
   };
-  if (dense) {
-    if (Status s = backend_.Truncate(lane, static_cast<int32_t>(from + common));
-        !s.ok() || backend_.SequenceLength(lane) != static_cast<int32_t>(from + common)) {
+  if (strategy_->lane_keep() == FamilyStrategy::LaneKeep::kPromptKv) {
+    if (Status s = backend_.Truncate(lane, static_cast<int32_t>(from + served));
+        !s.ok() || backend_.SequenceLength(lane) != static_cast<int32_t>(from + served)) {
       return fail("answer prefill: cut back", s.ok() ? absl::InternalError("the lane holds another length") : s);
     }
-    held.tokens.resize(from + common);
-  } else if (common < kept.size()) {
+    held.tokens.resize(from + served);
+  } else if (served < kept.size()) {
     // The prompt end's recurrent state comes back from its entry; where that is gone, the lane
     // keeps the exchange as recorded (and serves a prompt that extends it).
     const std::span<const Token> prompt = std::span(held.tokens).first(from);
@@ -541,7 +542,6 @@ bool LaneCache::KeptAnswerToPrefill(int32_t lane, Held& held) {
 }
 
 void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
-  RecordExchange(lane);
   Held& held = held_[static_cast<size_t>(lane)];
   // A Clear since the job: its records would be unreachable.
   if (!TenantOf(held.cache_namespace)) {
@@ -550,12 +550,7 @@ void LaneCache::PrefillAnswer(int32_t lane, size_t max_rows) {
     ++counters_.answers_dropped;
     return;
   }
-  auto fail = [&](const char* what, const Status& s) {
-    Warn(what, s);
-    (void)backend_.Clear(lane);
-    held = Held{};
-    ++counters_.answers_dropped;
-  };
+  auto fail = [&](const char* what, const Status& s) { DropAnswer(lane, what, s); };
   if (held.answer_kept && !KeptAnswerToPrefill(lane, held)) return;
   if (!Predict(held.tokens, held.answer, held.next_turn)) {
     // A hybrid lane keeps its decoded rows, as without idle work.

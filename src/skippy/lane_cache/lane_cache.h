@@ -264,6 +264,12 @@ class LaneCache {
                                  const cache::BatchClasses& classes) const;
   // The deferred answer that finished first (end() when none).
   std::deque<DeferredAnswer>::iterator OldestDeferred();
+  // Of `next` (what a next turn holds after a prompt), what the tokens `kept` after that prompt (a
+  // lane's, or an exchange entry's) serve: any common start where a cut is exact (dense, in the
+  // one-row class), else all of `kept` or nothing (a hybrid state serves its own length only).
+  size_t KeptServes(std::span<const Token> kept, std::span<const Token> next) const;
+  // A failed idle step on the lane: warns, clears the lane and what it held, counts the answer dropped.
+  void DropAnswer(int32_t lane, const char* what, const Status& s);
   // A hybrid lane holding `prompt` and decoded answer rows after them: the prompt end's recurrent
   // state from its entry (computed in `classes`), the attention KV cut back to the prompt. NotFound,
   // with the lane untouched, where there is no such entry.
