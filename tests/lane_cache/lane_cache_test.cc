@@ -292,6 +292,46 @@ TEST(RecordAlso, AWaitingJobRestoresThePrefixEndAddedMidPrefill) {
   }
 }
 
+// CutBatch: a scheduler short of time cuts the lane's next batch, and the cut moves so that both
+// pieces keep a whole batch of their class (16 rows in the long run, 2 in the short one at the
+// end); a batch that cannot keep two is not cut. The records stay where they were planned: the
+// next job restores the whole prompt.
+TEST(CutBatch, ABatchIsCutOnlyWhereBothPiecesKeepTheirClass) {
+  for (Kind kind : {Kind::kHybrid, Kind::kSlidingWindow, Kind::kDense}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    FakeBackend b(kind, 2, /*min_batch=*/16);
+    LaneCacheOptions o;
+    o.prefill_chunk = 64;
+    o.record_stride = 1000;  // no grid and no tail: the turn and the prompt end are the records
+    o.record_tail = 0;
+    auto made = LaneCache::Create(o, b);
+    ASSERT_TRUE(made.ok()) << made.status();
+    auto c = std::move(*made);
+    // A long message of 100 tokens and a short one of 6: runs [0, 100) long and [100, 106) short.
+    const auto prompt = Seq(1, 106);
+    const JobStart start = c->Begin(0, "", prompt, std::vector<size_t>{100, 106});
+    ASSERT_EQ(start.chunk_ends, std::vector<size_t>({50, 100, 106}));
+    EXPECT_FALSE(c->CutBatch(0, 0, 50)) << "the batch already fits";
+    EXPECT_EQ(c->CutBatch(0, 0, 1), std::vector<size_t>({16, 50, 100, 106})) << "raised to the smallest batch";
+    EXPECT_EQ(c->CutBatch(0, 16, 30), std::vector<size_t>({16, 34, 50, 100, 106})) << "lowered to leave one";
+    EXPECT_FALSE(c->CutBatch(0, 34, 4)) << "16 rows hold no two batches of 16";
+    EXPECT_EQ(c->CutBatch(0, 50, 20), std::vector<size_t>({16, 34, 50, 70, 100, 106}));
+    EXPECT_EQ(c->CutBatch(0, 100, 1), std::vector<size_t>({16, 34, 50, 70, 100, 102, 106})) << "the short class's 2";
+    size_t pos = 0;
+    for (size_t end : {16, 34, 50, 70, 100, 102, 106}) {
+      b.Append(0, std::span(prompt).subspan(pos, end - pos));
+      pos = end;
+      if (end < prompt.size()) c->AtBoundary(0, end);
+    }
+    c->AfterFirstToken(0, LogitsOf(prompt));
+    const Token generated = 999;
+    b.Append(0, std::span(&generated, 1));
+    c->Finish(0, true);
+    EXPECT_EQ(RunJob(*c, b, 1, Cat(prompt, Seq(900, 30)), {100, 106, 136}).start.restored, prompt.size());
+    ExpectConsistent(*c);
+  }
+}
+
 // A record asked for near one already planned (less than a smallest batch away) is refused rather
 // than cutting the planned one, and RecordsWithin says the planned one is what a job restores.
 TEST(RecordAlso, APlannedRecordIsNotGivenUp) {

@@ -303,10 +303,11 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
 // tokens and log-probabilities each gets alone, on a --no-cache server (no decoded results to
 // answer repeats) and on a cache-on one. With the patch series' one-row class a lane's token is
 // one row of the batch, and a hybrid family's lanes step together too.
-void ExpectLanesStepExactly(const std::string& family) {
+void ExpectLanesStepExactly(const std::string& family, const std::vector<std::string>& flags = {}) {
   SCOPED_TRACE(family);
-  const std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching",
-                                           "--lane-groups", "all"};
+  std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching",
+                                     "--lane-groups", "all"};
+  common.insert(common.end(), flags.begin(), flags.end());
   std::vector<std::string> off_flags = common;
   off_flags.push_back("--no-cache");
   auto off = ServerProcess::Start(family, off_flags, "lanes-off");
@@ -347,6 +348,9 @@ void ExpectLanesStepExactly(const std::string& family) {
       }
     }
     EXPECT_GT(stats(*server)["lane_batching"].value("steps_together", 0), 0) << "the requests never overlapped";
+    if (std::find(flags.begin(), flags.end(), "--tpot-slo-ms") != flags.end()) {
+      EXPECT_GT(stats(*server)["tpot_slo"].value("batches_cut", 0), 0) << "no prefill was cut for the decoding lanes";
+    }
   }
   // A repeat on the cache-on server is a decoded-result hit: its first token needs no decode, the
   // rest go through the same steps.
@@ -358,6 +362,16 @@ void ExpectLanesStepExactly(const std::string& family) {
 TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) { ExpectLanesStepExactly("llama"); }
 
 TEST(LaneBatching, HybridLanesStepTogetherExactly) { ExpectLanesStepExactly("qwen3next"); }
+
+// --tpot-slo-ms far below what a step takes: every prefill that runs while lanes decode is cut to
+// its smallest piece (Scheduler::kMinPrefillPiece rows), and no answer changes, dense or hybrid.
+TEST(TpotSlo, PrefillCutForTheDecodingLanesChangesNoAnswer) {
+  ExpectLanesStepExactly("llama", {"--tpot-slo-ms", "0.01"});
+}
+
+TEST(TpotSlo, HybridPrefillCutForTheDecodingLanesChangesNoAnswer) {
+  ExpectLanesStepExactly("qwen3next", {"--tpot-slo-ms", "0.01"});
+}
 
 // By default the decoding lanes step in the groups that measured cheapest at startup
 // (DecodeGroups): /cache/stats has a step cost per group size, and four requests at once get what

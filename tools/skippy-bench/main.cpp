@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   cmp->add_option("--repeats", sc.repeats, "interleaved repeats of each run")->capture_default_str();
   cmp->add_option("--ttft-slo-ms", sc.ttft_slo_ms, "TTFT SLO for goodput")->capture_default_str();
+  cmp->add_option("--tpot-slo-ms", sc.tpot_slo_ms, "time-per-output-token SLO for goodput (0: TTFT only)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmp->add_option("--think-ms", sc.think_ms,
                   "pause before each request that sends the server's reply back (chat-replies), as a user or a tool "
                   "takes; not counted in wall time")

@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
   app.add_option("--prefill-chunk", o.prefill_chunk,
                  "largest prefill batch in tokens, at most the batch size (at least 128 with flash attention on)")
       ->capture_default_str()->check(CLI::Range(16, 1 << 16));
+  app.add_option("--tpot-slo-ms", o.tpot_slo_ms,
+                 "time-per-output-token target: while lanes decode, prefill runs in pieces that keep each decoding "
+                 "lane's mean time per token within it, from the server's own timings (exact: a batch is cut only where "
+                 "both pieces keep their batch class); 0: no bound")
+      ->capture_default_str()->check(CLI::Range(0.0, 600000.0));
   app.name("skippy-server");
   app.add_option("--flash-attn", flash_attn,
                  "on | off, also -fa (never auto). Default: on with the batch-invariant kernels (a cache hit may prefill "

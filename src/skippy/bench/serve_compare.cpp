@@ -43,8 +43,10 @@ StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const s
   return so;
 }
 
-json Summarize(const std::vector<StreamRun>& runs, double wall_s, double slo_ms) {
-  std::vector<double> ttft, e2e;
+// A request is good when its TTFT is within o.ttft_slo_ms and, with o.tpot_slo_ms > 0, its time per
+// output token (after the first) within that too.
+json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCompareOptions& o) {
+  std::vector<double> ttft, e2e, tpot;
   int64_t reused = 0, recomputed = 0, tokens = 0;
   int ok = 0, good = 0;
   for (const StreamRun& r : runs) {
@@ -52,19 +54,26 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, double slo_ms)
     ++ok;
     ttft.push_back(r.ttft_ms);
     e2e.push_back(r.total_ms);
+    if (r.tokens > 1) tpot.push_back(r.tpot_ms);
     tokens += r.tokens;
-    if (r.ttft_ms <= slo_ms) ++good;
+    if (r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
     reused += r.timings.value("cache_n", 0);
     recomputed += r.timings.value("prompt_n", 0);
   }
   return {{"requests", runs.size()},           {"ok_requests", ok},
           {"ttft_p50_ms", Percentile(ttft, 0.5)}, {"ttft_p95_ms", Percentile(ttft, 0.95)},
           {"e2e_p50_ms", Percentile(e2e, 0.5)},   {"e2e_p95_ms", Percentile(e2e, 0.95)},
+          {"tpot_p50_ms", Percentile(tpot, 0.5)}, {"tpot_p95_ms", Percentile(tpot, 0.95)},
           {"prompt_tokens_reused", reused},       {"prompt_tokens_recomputed", recomputed},
           {"wall_s", wall_s},                     {"throughput_rps", wall_s > 0 ? ok / wall_s : 0.0},
           {"generated_tokens_per_s", wall_s > 0 ? tokens / wall_s : 0.0},
           {"goodput_rps", wall_s > 0 ? good / wall_s : 0.0},
           {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
+}
+
+// A TPOT percentile of a summary; "-" for runs from before TPOT was summarized.
+std::string Tpot(const json& summary, const char* key) {
+  return summary.contains(key) ? fmt::format("{:.1f}", summary.value(key, 0.0)) : std::string("-");
 }
 
 // "agree/total", and for Skippy's disagreements how many were near-ties (DivergenceOf).
@@ -190,14 +199,17 @@ std::string Markdown(const json& doc) {
   for (const auto& c : doc.value("charts", json::array())) md += StrCat("\n![", c.get<std::string>(), "](", c.get<std::string>(), ")\n");
   if (!doc["concurrency_sweep"].empty()) {
     const json& first = doc["concurrency_sweep"].front();
+    const double tpot_slo = doc["settings"].value("tpot_slo_ms", 0.0);
     md += StrCat("\n## Concurrency sweep (", first.value("workload", "interleaved-prefixes"), "; lanes = slots = clients; TTFT SLO ",
-                 doc["settings"].value("ttft_slo_ms", 0.0), " ms)\n\n"
-                 "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | throughput rps | goodput rps | SLO attainment |\n"
-                 "|---|---:|---|---:|---:|---:|---:|---:|\n");
+                 doc["settings"].value("ttft_slo_ms", 0.0), " ms",
+                 tpot_slo > 0 ? StrCat(", TPOT SLO ", tpot_slo, " ms") : std::string(), ")\n\n"
+                 "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | throughput rps | goodput rps | SLO attainment |\n"
+                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const json& l : doc["concurrency_sweep"]) {
       const json& s = l.value("summary", json::object());
       md += StrCat("| ", l.value("family", ""), " | ", l.value("concurrency", 0), " | ", l.value("server", ""), " | ",
                    fmt::format("{:.1f}", s.value("ttft_p50_ms", 0.0)), " | ", fmt::format("{:.1f}", s.value("ttft_p95_ms", 0.0)),
+                   " | ", Tpot(s, "tpot_p50_ms"), " | ", Tpot(s, "tpot_p95_ms"),
                    " | ", fmt::format("{:.2f}", s.value("throughput_rps", 0.0)), " | ", fmt::format("{:.2f}", s.value("goodput_rps", 0.0)),
                    " | ", fmt::format("{:.0f}%", 100 * s.value("slo_attainment", 0.0)), " |\n");
     }
@@ -333,7 +345,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
   json doc = {{"version", 1}, {"machine", MachineInfo()}, {"synthetic_weights", o.model_dir.empty()},
               {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
                             {"flash_attn", o.flash_attn}, {"llama_default_flash_attn", "auto (llama-server's default)"},
-                            {"repeats", o.repeats}, {"think_ms", o.think_ms}, {"ttft_slo_ms", o.ttft_slo_ms},
+                            {"repeats", o.repeats}, {"think_ms", o.think_ms}, {"ttft_slo_ms", o.ttft_slo_ms}, {"tpot_slo_ms", o.tpot_slo_ms},
                             {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args},
                             {"zoo_format", o.model_dir.empty() ? o.zoo_format : ""}}},
               {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
@@ -381,7 +393,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
             });
           }
           for (auto& th : clients) th.join();
-          level["summary"] = Summarize(results, MsSince(t0) / 1000.0, o.ttft_slo_ms);
+          level["summary"] = Summarize(results, MsSince(t0) / 1000.0, o);
           // Each request's timeline, to tell waiting from computing: the server's own split of the
           // time (queue_ms, restore_ms, prompt_ms where it reports them) beside the client's.
           json reqs = json::array();
@@ -485,10 +497,10 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
             for (const StreamRun& r : rs) ms += r.total_ms;
             return ms / 1000.0;
           };
-          for (const auto& [phase, rs] : phases) run["phases"][phase] = Summarize(rs, phase_wall_s(rs), o.ttft_slo_ms);
+          for (const auto& [phase, rs] : phases) run["phases"][phase] = Summarize(rs, phase_wall_s(rs), o);
           run["summary"] = w.headline_phase.empty()
-                               ? Summarize(results, wall_s, o.ttft_slo_ms)
-                               : Summarize(phases[w.headline_phase], phase_wall_s(phases[w.headline_phase]), o.ttft_slo_ms);
+                               ? Summarize(results, wall_s, o)
+                               : Summarize(phases[w.headline_phase], phase_wall_s(phases[w.headline_phase]), o);
           run["summary"]["peak_rss_bytes"] = std::max(peak_rss, srv->PeakRssBytes());
           run["requests"] = reqs;
           run["status"] = "ok";

@@ -39,6 +39,9 @@ struct ServeCompareOptions {
   // servers' time only. 0: none (the next turn follows at once).
   int think_ms = 0;
   double ttft_slo_ms = 1000;
+  // Goodput also asks each request's time per output token (after the first, as its client saw
+  // it) to be within this (0: TTFT only).
+  double tpot_slo_ms = 0;
   std::string skippy_server_bin;
   std::vector<std::string> skippy_args;  // extra skippy-server flags (recorded in the JSON)
   std::string llama_server_bin;

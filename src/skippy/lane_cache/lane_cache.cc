@@ -219,6 +219,22 @@ std::optional<std::vector<size_t>> LaneCache::RecordAlso(int32_t lane, size_t to
   return job.plan.chunk_ends;
 }
 
+std::optional<std::vector<size_t>> LaneCache::CutBatch(int32_t lane, size_t pos, size_t rows) {
+  LaneJob& job = jobs_.at(static_cast<size_t>(lane));
+  std::vector<size_t>& ends = job.plan.chunk_ends;
+  const auto next = std::upper_bound(ends.begin(), ends.end(), pos);
+  if (!job.active || next == ends.end() || *next - pos <= rows) return std::nullopt;
+  const auto& runs = job.classes.runs();
+  const auto run = std::find_if(runs.begin(), runs.end(), [pos](const cache::BatchClasses::Run& r) { return pos < r.end; });
+  if (run == runs.end() || *next > run->end) return std::nullopt;  // a planned batch never crosses a run
+  const size_t min_rows = run->short_rows ? cache::BatchClasses::kMinShortBatch : job.classes.min_long();
+  const size_t batch = *next - pos;
+  if (batch < 2 * min_rows) return std::nullopt;
+  const size_t at = pos + std::clamp(rows, min_rows, batch - min_rows);
+  ends.insert(next, at);
+  return ends;
+}
+
 void LaneCache::AfterFirstToken(int32_t lane, const std::vector<float>& logits) {
   LaneJob& job = jobs_.at(static_cast<size_t>(lane));
   if (!job.prompt_end_pending) return;

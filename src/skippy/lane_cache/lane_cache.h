@@ -15,6 +15,8 @@
 //        restore the lane's first `tokens` tokens: how much of them the lane's records will serve,
 //        and then the record itself: an exact-boundary family adds one there (the rest of the
 //        prefill is cut again); others already record the prompt end, which serves it.
+//   CutBatch(lane, pos, rows)   a batch of the plan cut in two, where both keep their class (a
+//                               scheduler bounding the time between decode steps).
 //   AfterFirstToken(lane, logits)
 //        once the first generated token is out and the lane still holds exactly the prompt: the
 //        prompt-end records and the decoded result, off the time to first token. Calls after the
@@ -141,6 +143,12 @@ class LaneCache {
   // already a record, or too close to a batch end or another planned record to cut there (a
   // record already planned is never given up for this one).
   std::optional<std::vector<size_t>> RecordAlso(int32_t lane, size_t tokens, size_t pos);
+  // Cuts the lane's next batch (the one from pos, a batch end or the restored prefix) after about
+  // `rows` rows, for a scheduler that has less time than the batch takes: the cut is moved so that
+  // both pieces keep a whole batch of their class (cache::BatchClasses), which is what makes it
+  // exact. Returns the lane's new chunk ends (the ones up to pos unchanged, one end more); nullopt
+  // when the batch cannot be cut that way or already ends within `rows`. Records are unchanged.
+  std::optional<std::vector<size_t>> CutBatch(int32_t lane, size_t pos, size_t rows);
   // How much of the first `tokens` tokens of the lane's prompt another job could restore from the
   // records of the lane's prefill in flight (pos: the tokens in it now): `now`, from the records
   // made so far, and `later`, once its first token is out, counting the record that

@@ -367,6 +367,7 @@ nlohmann::json Scheduler::CacheStats() const {
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
   j["shared_prefill_waits"] = shared_prefill_waits_.load();
+  j["tpot_slo"] = {{"ms", options_.tpot_slo_ms}, {"batches_cut", batches_cut_.load()}};
   return j;
 }
 
@@ -501,7 +502,8 @@ void Scheduler::StepTogether() {
                           l.chunk_ends[l.next_chunk] - l.pos});
     prefilling.push_back(i);
   }
-  for (const size_t pick : PrefillTurn(candidates, 2 * n, options_.prefill_chunk)) {
+  const size_t budget_rows = std::min<size_t>(options_.prefill_chunk, PrefillRowsNow());
+  for (const size_t pick : PrefillTurn(candidates, 2 * n, budget_rows)) {
     for (size_t i : prefilling) ++lanes_[i].passed_over;
     lanes_[prefilling[pick]].passed_over = 0;
     Step(static_cast<int32_t>(prefilling[pick]));
@@ -628,12 +630,32 @@ void Scheduler::StartJob(int32_t id) {
   lane.phase = Phase::kPrefill;
 }
 
+size_t Scheduler::PrefillRowsNow() const {
+  if (options_.tpot_slo_ms <= 0) return SIZE_MAX;
+  const Clock::time_point now = Clock::now();
+  std::vector<DecodingLaneClock> clocks;
+  for (const Lane& l : lanes_) {
+    if (l.job && l.phase == Phase::kGenerate) clocks.push_back({l.generated, MsBetween(l.first_token, now)});
+  }
+  const std::optional<size_t> rows =
+      PrefillRowsWithinTpot(options_.tpot_slo_ms, clocks, decode_lane_cost_.per_unit() * static_cast<double>(clocks.size()),
+                            prefill_row_cost_.per_unit());
+  return rows ? std::max(*rows, kMinPrefillPiece) : SIZE_MAX;
+}
+
 void Scheduler::PrefillChunk(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   const std::vector<Token>& prompt = job.prompt().tokens;
+  if (const size_t rows = PrefillRowsNow(); lane.chunk_ends[lane.next_chunk] - lane.pos > rows) {
+    if (std::optional<std::vector<size_t>> ends = cache_->CutBatch(id, lane.pos, rows)) {
+      lane.chunk_ends = std::move(*ends);
+      batches_cut_.fetch_add(1);
+    }
+  }
   const size_t end = lane.chunk_ends[lane.next_chunk];
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
+  const Clock::time_point chunk_start = Clock::now();
   if (end == prompt.size()) {
     auto logits = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));
     if (!logits.ok()) {
@@ -646,6 +668,7 @@ void Scheduler::PrefillChunk(int32_t id) {
     FinishLane(id, "", FromStatus(s));
     return;
   }
+  prefill_row_cost_.Add(MsBetween(chunk_start, Clock::now()), static_cast<double>(chunk.size()));
   lane.pos = end;
   ++lane.next_chunk;
   if (end < prompt.size()) {
@@ -670,7 +693,8 @@ void Scheduler::EmitToken(int32_t id) {
   }
   const Token tok = lane.sampler->Sample(lane.logits);
   if (lane.generated == 0) {
-    lane.timings.ttft_ms = MsBetween(job.arrival(), Clock::now());
+    lane.first_token = Clock::now();
+    lane.timings.ttft_ms = MsBetween(job.arrival(), lane.first_token);
     metrics_.ObserveTtft(lane.timings.ttft_ms / 1000.0);
   }
   if (!job.request().ignore_eos && runtime::IsEndOfGeneration(engine_->model(), tok)) {
@@ -700,7 +724,9 @@ void Scheduler::EmitToken(int32_t id) {
 
 void Scheduler::Generate(int32_t id) {
   Lane& lane = lanes_[id];
+  const Clock::time_point step_start = Clock::now();
   auto logits = engine_->Decode(id, std::span(&lane.next_token, 1), static_cast<int32_t>(lane.pos));
+  decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), 1);
   if (!logits.ok()) {
     FinishLane(id, "", FromStatus(logits.status()));
     return;
@@ -721,7 +747,9 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
     stepping.push_back(id);
   }
   if (steps.empty()) return;
+  const Clock::time_point step_start = Clock::now();
   auto logits = engine_->DecodeStep(steps);
+  decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), static_cast<double>(steps.size()));
   if (logits.ok() && steps.size() >= 2) steps_together_.fetch_add(1);
   for (size_t i = 0; i < stepping.size(); ++i) {
     Lane& lane = lanes_[stepping[i]];

@@ -36,6 +36,11 @@
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
 //
+// With --tpot-slo-ms, either way, a prefill that runs while lanes decode is cut into pieces that
+// keep each decoding lane's mean time per output token within the target (step_budget.h), at
+// costs the engine thread measures as it runs; a planned batch is cut only where both pieces keep
+// their batch class (LaneCache::CutBatch).
+//
 // Either way a lane's numbers do not depend on what else runs.
 //
 // Shared prefill. Either way, a job about to begin waits in its lane while another lane's
@@ -82,6 +87,7 @@
 #include "skippy/server/metrics.h"
 #include "skippy/server/request.h"
 #include "skippy/server/server_options.h"
+#include "skippy/server/step_budget.h"
 
 namespace skippy::server {
 
@@ -133,6 +139,7 @@ class Scheduler {
     uint64_t admitted = 0;   // admission order (PrefillCandidate)
     Clock::time_point waiting_since;  // when it began to wait for a shared prefill (zero: never)
     size_t passed_over = 0;  // chunks given to other lanes since this lane's last (PrefillCandidate)
+    Clock::time_point first_token;  // when the first token was streamed (the --tpot-slo-ms clock)
   };
 
   // For --one-row-class=auto: measures a lone decode step with the one-row class and without
@@ -164,6 +171,12 @@ class Scheduler {
   // (SharedPrefillToWaitFor, with the cache serving); counts the job's first wait.
   bool WaitsForSharedPrefill(int32_t lane_id);
   void StartJob(int32_t lane_id);
+  // The rows a prefill may run now so that no decoding lane misses --tpot-slo-ms
+  // (PrefillRowsWithinTpot at the costs measured so far), at least kMinPrefillPiece; SIZE_MAX
+  // when nothing bounds it.
+  size_t PrefillRowsNow() const;
+  // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
+  // (LaneCache::CutBatch).
   void PrefillChunk(int32_t lane_id);
   // Decodes the lane's next_token and emits the token after it.
   void Generate(int32_t lane_id);
@@ -209,6 +222,15 @@ class Scheduler {
   // start to the next.
   static constexpr double kLoneStepTolerance = 1.03;
   std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
+  // --tpot-slo-ms: what a prompt row of prefill and a decoding lane's step cost here (engine
+  // thread), and the batches cut to keep it.
+  CostEstimate prefill_row_cost_;
+  CostEstimate decode_lane_cost_;
+  std::atomic<uint64_t> batches_cut_{0};
+  // The smallest piece a bounded prefill runs per step, so that a prompt always advances and a
+  // batch's fixed cost (tens of rows on the bench models, lane_cache::MeasureCutCost) stays a
+  // small part of a piece.
+  static constexpr size_t kMinPrefillPiece = 64;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

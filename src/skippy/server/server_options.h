@@ -44,6 +44,10 @@ struct ServerOptions {
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
+  // --tpot-slo-ms: while lanes decode, a prefill runs only as many rows at a time as keep every
+  // decoding lane's mean time per output token within this (step_budget.h), cutting a planned
+  // batch where both pieces keep their class; 0: no bound (a turn prefills up to prefill_chunk rows).
+  double tpot_slo_ms = 0;
 
   // Cache.
   bool cache_enabled = true;        // --no-cache turns it off

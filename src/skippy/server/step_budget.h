@@ -1,0 +1,59 @@
+// Step budget: how many prompt rows a prefill may run before the decoding lanes' next tokens, so
+// that each of them keeps its time per output token within an SLO (skippy-server --tpot-slo-ms).
+//
+// Rule: a lane that has streamed g tokens, the first at t1, keeps its mean time per output token
+// (what a client measures: (t_last - t1) / (tokens - 1), and what goodput counts) within the SLO
+// as long as its next token is out by t1 + g * SLO. Its allowance is what is left of that now;
+// the prefill may take the smallest allowance of the decoding lanes, less what their decode step
+// is expected to take, at the prefill's measured cost per row. A lane that has been faster than the
+// SLO so far lends its slack to the prefill (a burst of prompts starts sooner); one that has
+// fallen behind allows nothing, and the prefill then runs only its smallest piece
+// (Scheduler::kMinPrefillPiece), so a prompt always advances. Costs are the server's own timings
+// (CostEstimate), so the bound follows the model, the CPU and the load.
+//
+// Where the bound cuts a planned batch, it is cut only where both pieces keep a whole batch of
+// their class (LaneCache::CutBatch): the startup batch-split check proves that a row's bits do
+// not depend on such cuts, so the bound changes when a token comes, never what it is.
+//
+// Thread-safety: PrefillRowsWithinTpot is a pure function; a CostEstimate is a value type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace skippy::server {
+
+// A decoding lane's clock: tokens streamed so far (at least 1) and the time since the first.
+struct DecodingLaneClock {
+  int64_t emitted = 1;
+  double since_first_ms = 0;
+};
+
+// The rows a prefill may run now (the rule above; 0 when a lane has no allowance left); nullopt
+// when nothing bounds it: no SLO (tpot_slo_ms <= 0), no decoding lane, or no cost per row known yet.
+// decode_ms: what the decoding lanes' next step is expected to take.
+std::optional<size_t> PrefillRowsWithinTpot(double tpot_slo_ms, std::span<const DecodingLaneClock> lanes,
+                                            double decode_ms, double row_ms);
+
+// A cost per unit (milliseconds per prompt row, per decoding lane) from timed work: sums that
+// decay by kKeep at each sample, so the estimate follows a machine that speeds up or slows down
+// within a few dozen samples.
+class CostEstimate {
+ public:
+  static constexpr double kKeep = 0.9;
+  void Add(double ms, double units) {
+    if (units <= 0 || ms < 0) return;
+    ms_ = kKeep * ms_ + ms;
+    units_ = kKeep * units_ + units;
+  }
+  // 0 until a sample came.
+  double per_unit() const { return units_ > 0 ? ms_ / units_ : 0; }
+
+ private:
+  double ms_ = 0;
+  double units_ = 0;
+};
+
+}  // namespace skippy::server
