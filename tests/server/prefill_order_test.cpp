@@ -45,6 +45,16 @@ TEST(PrefillOrder, ALanePassedOverLongEnoughGoesFirst) {
   EXPECT_EQ(NextPrefill(c, 8), 1u);
 }
 
+TEST(PrefillOrder, AJobThatCanStillMeetItsTtftGoesBeforeALateOne) {
+  // A hit's 20-row suffix that is already late, and a 300-row prompt that can still make it.
+  std::vector<PrefillCandidate> c = {{20, 0, 0, 20, /*late=*/true}, {300, 1, 0, 300}};
+  EXPECT_EQ(NextPrefill(c, 8), 1u);
+  c[1].late = true;
+  EXPECT_EQ(NextPrefill(c, 8), 0u) << "both late: the fewest rows first again";
+  c = {{20, 0, 8, 20, /*late=*/true}, {300, 1, 0, 300}};
+  EXPECT_EQ(NextPrefill(c, 8), 0u) << "an overdue lane goes first, late or not";
+}
+
 TEST(PrefillOrder, ATurnRunsShortChunksTogetherAndALongOneAlone) {
   // Three hits' suffixes and a cold prompt: the suffixes fit one turn of 512 rows, in order (40
   // and 15 rows are one step of 64, so they keep the order they came in).

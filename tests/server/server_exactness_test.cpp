@@ -303,7 +303,8 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
 // tokens and log-probabilities each gets alone, on a --no-cache server (no decoded results to
 // answer repeats) and on a cache-on one. With the patch series' one-row class a lane's token is
 // one row of the batch, and a hybrid family's lanes step together too.
-void ExpectLanesStepExactly(const std::string& family, const std::vector<std::string>& flags = {}) {
+void ExpectLanesStepExactly(const std::string& family, const std::vector<std::string>& flags = {},
+                            int long_words = 300) {
   SCOPED_TRACE(family);
   std::vector<std::string> common = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching",
                                      "--lane-groups", "all"};
@@ -318,7 +319,7 @@ void ExpectLanesStepExactly(const std::string& family, const std::vector<std::st
   EXPECT_TRUE(stats(*off)["lane_batching"].value("on", false)) << stats(*off).dump();
   EXPECT_TRUE(stats(*on)["one_row_class"].value("on", false)) << stats(*on).dump();
   const json reqs[4] = {{{"prompt", Words(11, 12)}, {"n_predict", 48}},
-                        {{"prompt", Words(12, 300)}, {"n_predict", 64}},
+                        {{"prompt", Words(12, long_words)}, {"n_predict", 64}},
                         {{"prompt", Words(13, 60)}, {"n_predict", 40}},
                         {{"prompt", Words(14, 150)}, {"n_predict", 56}}};
   auto ask = [](ServerProcess& p, json req) {
@@ -333,6 +334,7 @@ void ExpectLanesStepExactly(const std::string& family, const std::vector<std::st
   json alone[4];
   for (int i = 0; i < 4; ++i) alone[i] = ask(*off, reqs[i]);
   ASSERT_FALSE(alone[0]["completion_probabilities"].is_null());
+  int batches_cut = 0;
   for (ServerProcess* server : {off.get(), on.get()}) {
     // All at once, until the server has stepped lanes in one batch (tiny models decode in about a
     // millisecond, so the requests may miss each other).
@@ -348,9 +350,10 @@ void ExpectLanesStepExactly(const std::string& family, const std::vector<std::st
       }
     }
     EXPECT_GT(stats(*server)["lane_batching"].value("steps_together", 0), 0) << "the requests never overlapped";
-    if (std::find(flags.begin(), flags.end(), "--tpot-slo-ms") != flags.end()) {
-      EXPECT_GT(stats(*server)["tpot_slo"].value("batches_cut", 0), 0) << "no prefill was cut for the decoding lanes";
-    }
+    batches_cut += stats(*server)["slo"].value("batches_cut", 0);
+  }
+  if (std::find(flags.begin(), flags.end(), "--tpot-slo-ms") != flags.end()) {
+    EXPECT_GT(batches_cut, 0) << "no prefill was cut for the decoding lanes on either server";
   }
   // A repeat on the cache-on server is a decoded-result hit: its first token needs no decode, the
   // rest go through the same steps.
@@ -363,15 +366,35 @@ TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) { ExpectLanesStep
 
 TEST(LaneBatching, HybridLanesStepTogetherExactly) { ExpectLanesStepExactly("qwen3next"); }
 
-// --tpot-slo-ms far below what a step takes: every prefill that runs while lanes decode is cut to
-// its smallest piece (Scheduler::kMinPrefillPiece rows), and no answer changes, dense or hybrid.
-TEST(TpotSlo, PrefillCutForTheDecodingLanesChangesNoAnswer) {
-  ExpectLanesStepExactly("llama", {"--tpot-slo-ms", "0.01"});
+// --tpot-slo-ms set to what a decode step of four lanes and 120 prefill rows took on a probe server
+// (its /cache/stats "slo" costs): the decoding lanes, two tokens out each, lend about 240 rows, and
+// a 1,200-word prompt prefilled beside them in batches of about 500 is cut into pieces on the
+// --no-cache server, the cache-on one or both (the tiny model's steps take milliseconds, so a
+// loaded machine can make every lane late, which cuts nothing); no answer changes, dense or hybrid.
+void ExpectTpotCutsChangeNoAnswer(const std::string& family) {
+  std::string slo;
+  {
+    auto probe = ServerProcess::Start(family, {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching"}, "slo-probe");
+    ASSERT_TRUE(probe);
+    for (int i = 0; i < 3; ++i) {
+      auto [status, body] = PostJson(*probe->Client(), "/completion",
+                                     {{"prompt", Words(20 + i, 600)}, {"n_predict", 16}, {"ignore_eos", true}});
+      ASSERT_EQ(status, 200) << body.dump();
+    }
+    const json costs = json::parse(probe->Client()->Get("/cache/stats")->body)["slo"];
+    const double row_ms = costs.value("prefill_row_ms", 0.0), lane_ms = costs.value("decode_lane_ms", 0.0);
+    ASSERT_GT(row_ms, 0) << costs.dump();
+    ASSERT_GT(lane_ms, 0) << costs.dump();
+    slo = std::to_string(4 * lane_ms + 120 * row_ms);
+  }
+  SCOPED_TRACE("--tpot-slo-ms " + slo);
+  // A hybrid's records cut its prefill every 64 tokens anyway; on a grid of 1024 they do not.
+  ExpectLanesStepExactly(family, {"--tpot-slo-ms", slo, "--cache-record-stride", "1024"}, 1200);
 }
 
-TEST(TpotSlo, HybridPrefillCutForTheDecodingLanesChangesNoAnswer) {
-  ExpectLanesStepExactly("qwen3next", {"--tpot-slo-ms", "0.01"});
-}
+TEST(TpotSlo, PrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCutsChangeNoAnswer("llama"); }
+
+TEST(TpotSlo, HybridPrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCutsChangeNoAnswer("qwen3next"); }
 
 // By default the decoding lanes step in the groups that measured cheapest at startup
 // (DecodeGroups): /cache/stats has a step cost per group size, and four requests at once get what

@@ -14,22 +14,26 @@ TEST(StepBudget, TheTightestLaneBoundsThePrefill) {
   // SLO 50 ms. Lane A: 3 tokens, the first 60 ms ago: its 4th token is due by 3 * 50 = 150 ms
   // after its first, 90 ms from now. Lane B: 1 token, 10 ms ago: due in 40 ms. The step takes 10.
   const std::vector<DecodingLaneClock> lanes = {{3, 60}, {1, 10}};
-  EXPECT_EQ(PrefillRowsWithinTpot(50, lanes, 10, 0.5), 60u);  // (40 - 10) / 0.5
+  EXPECT_EQ(PrefillRowsWithinTpot(50, lanes, 10, 0.5, 8), 60u);  // (40 - 10) / 0.5
   // Without B, A's slack (ahead of the SLO so far) goes to the prefill.
-  EXPECT_EQ(PrefillRowsWithinTpot(50, std::span(lanes).first(1), 10, 0.5), 160u);
+  EXPECT_EQ(PrefillRowsWithinTpot(50, std::span(lanes).first(1), 10, 0.5, 8), 160u);
 }
 
-TEST(StepBudget, ALaneBehindItsSloAllowsNoRows) {
-  const std::vector<DecodingLaneClock> lanes = {{2, 130}};  // due 100 ms after its first token
-  EXPECT_EQ(PrefillRowsWithinTpot(50, lanes, 5, 1), 0u);
-  EXPECT_EQ(PrefillRowsWithinTpot(50, std::vector<DecodingLaneClock>{{2, 96}}, 5, 1), 0u) << "the step alone is late";
+TEST(StepBudget, ALaneLateAnywayBoundsNothing) {
+  // A is due in 40 ms: the step (10) and the smallest piece (64 rows, 32 ms) do not fit, so B's
+  // 90 ms bound the prefill; with A alone nothing does.
+  const std::vector<DecodingLaneClock> lanes = {{1, 10}, {3, 60}};
+  EXPECT_EQ(PrefillRowsWithinTpot(50, lanes, 10, 0.5, 64), 160u);
+  EXPECT_FALSE(PrefillRowsWithinTpot(50, std::span(lanes).first(1), 10, 0.5, 64));
+  // Just enough for the smallest piece: that piece.
+  EXPECT_EQ(PrefillRowsWithinTpot(50, std::vector<DecodingLaneClock>{{1, 8}}, 10, 0.5, 64), 64u);
 }
 
 TEST(StepBudget, NothingBoundsAPrefillWithoutSloLaneOrCost) {
   const std::vector<DecodingLaneClock> lanes = {{1, 0}};
-  EXPECT_FALSE(PrefillRowsWithinTpot(0, lanes, 1, 1));
-  EXPECT_FALSE(PrefillRowsWithinTpot(50, {}, 1, 1));
-  EXPECT_FALSE(PrefillRowsWithinTpot(50, lanes, 1, 0)) << "no prefill timed yet";
+  EXPECT_FALSE(PrefillRowsWithinTpot(0, lanes, 1, 1, 1));
+  EXPECT_FALSE(PrefillRowsWithinTpot(50, {}, 1, 1, 1));
+  EXPECT_FALSE(PrefillRowsWithinTpot(50, lanes, 1, 0, 1)) << "no prefill timed yet";
 }
 
 TEST(StepBudget, TheCostFollowsItsSamples) {

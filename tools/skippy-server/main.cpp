@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
                  "lane's mean time per token within it, from the server's own timings (exact: a batch is cut only where "
                  "both pieces keep their batch class); 0: no bound")
       ->capture_default_str()->check(CLI::Range(0.0, 600000.0));
+  app.add_option("--ttft-slo-ms", o.ttft_slo_ms,
+                 "time-to-first-token target: with lanes together, a prompt that can no longer meet it is prefilled "
+                 "after those that still can (a late prompt does not make others late); 0: no target")
+      ->capture_default_str()->check(CLI::Range(0.0, 600000.0));
   app.name("skippy-server");
   app.add_option("--flash-attn", flash_attn,
                  "on | off, also -fa (never auto). Default: on with the batch-invariant kernels (a cache hit may prefill "

@@ -6,11 +6,13 @@ namespace skippy::server {
 
 namespace {
 
-// NextPrefill's order: overdue lanes first (first admitted of those), then the fewest steps of
-// kRowsStep rows left, then the first admitted. A strict weak order (admissions are distinct).
+// NextPrefill's order: overdue lanes first (first admitted of those), then those not late before
+// late ones, then the fewest steps of kRowsStep rows left, then the first admitted. A strict weak
+// order (admissions are distinct).
 bool Before(const PrefillCandidate& a, const PrefillCandidate& b, size_t overdue) {
   const bool a_due = a.passed_over >= overdue, b_due = b.passed_over >= overdue;
   if (a_due != b_due) return a_due;
+  if (!a_due && a.late != b.late) return b.late;
   const size_t a_steps = (a.rows_left + kRowsStep - 1) / kRowsStep;
   const size_t b_steps = (b.rows_left + kRowsStep - 1) / kRowsStep;
   if (!a_due && a_steps != b_steps) return a_steps < b_steps;

@@ -10,7 +10,10 @@
 // chunk of 512), and of a burst of cold prompts the first admitted gets its first token first
 // instead of all of them last, as they would taking turns. In steps, not single rows: jobs of
 // about the same size keep the order they came in, so clients that come back apart stay apart.
-// Passed over: a long prompt is not starved by a stream of short ones.
+// Passed over: a long prompt is not starved by a stream of short ones. With a TTFT target
+// (skippy-server --ttft-slo-ms), the lanes that can no longer meet it go after those that still
+// can (each group in the order above, overdue lanes first whatever they are): a prompt that is
+// late anyway does not make another one late too, which is what goodput counts.
 //
 // Between two decode steps the chunks run in that order up to a budget of rows (the
 // --prefill-chunk size): at least one chunk, then the next ones while they fit (PrefillTurn), so
@@ -50,6 +53,9 @@ struct PrefillCandidate {
   uint64_t admitted = 0;    // admission order: lower came first
   size_t passed_over = 0;   // chunks given to other lanes since this lane's last one
   size_t next_rows = 0;     // rows of its next chunk (PrefillTurn's budget)
+  // Its time-to-first-token target (--ttft-slo-ms) cannot be met any more, even if the rest of its
+  // prefill ran now.
+  bool late = false;
 };
 
 // Rows left are compared in steps of this many (see the rule above).

@@ -367,7 +367,11 @@ nlohmann::json Scheduler::CacheStats() const {
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
   j["shared_prefill_waits"] = shared_prefill_waits_.load();
-  j["tpot_slo"] = {{"ms", options_.tpot_slo_ms}, {"batches_cut", batches_cut_.load()}};
+  j["slo"] = {{"ttft_ms", options_.ttft_slo_ms},
+              {"tpot_ms", options_.tpot_slo_ms},
+              {"batches_cut", batches_cut_.load()},
+              {"prefill_row_ms", prefill_row_ms_.load()},
+              {"decode_lane_ms", decode_lane_ms_.load()}};
   return j;
 }
 
@@ -494,12 +498,16 @@ void Scheduler::StepTogether() {
   // Prefill chunks up to a chunk's worth of rows, in PrefillTurn's order.
   std::vector<PrefillCandidate> candidates;
   std::vector<size_t> prefilling;
+  const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < n; ++i) {
     const Lane& l = lanes_[i];
     // A lane waiting for its turn is freed as soon as its client goes away.
     if (!l.job || l.phase != Phase::kPrefill || FinishIfCancelled(static_cast<int32_t>(i))) continue;
-    candidates.push_back({l.job->prompt().tokens.size() - l.pos, l.admitted, l.passed_over,
-                          l.chunk_ends[l.next_chunk] - l.pos});
+    const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
+    const bool late = options_.ttft_slo_ms > 0 &&
+                      MsBetween(l.job->arrival(), now) + static_cast<double>(rows_left) * prefill_row_cost_.per_unit() >
+                          options_.ttft_slo_ms;
+    candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
     prefilling.push_back(i);
   }
   const size_t budget_rows = std::min<size_t>(options_.prefill_chunk, PrefillRowsNow());
@@ -639,8 +647,8 @@ size_t Scheduler::PrefillRowsNow() const {
   }
   const std::optional<size_t> rows =
       PrefillRowsWithinTpot(options_.tpot_slo_ms, clocks, decode_lane_cost_.per_unit() * static_cast<double>(clocks.size()),
-                            prefill_row_cost_.per_unit());
-  return rows ? std::max(*rows, kMinPrefillPiece) : SIZE_MAX;
+                            prefill_row_cost_.per_unit(), kMinPrefillPiece);
+  return rows.value_or(SIZE_MAX);
 }
 
 void Scheduler::PrefillChunk(int32_t id) {
@@ -669,6 +677,7 @@ void Scheduler::PrefillChunk(int32_t id) {
     return;
   }
   prefill_row_cost_.Add(MsBetween(chunk_start, Clock::now()), static_cast<double>(chunk.size()));
+  prefill_row_ms_.store(prefill_row_cost_.per_unit());
   lane.pos = end;
   ++lane.next_chunk;
   if (end < prompt.size()) {
@@ -727,6 +736,7 @@ void Scheduler::Generate(int32_t id) {
   const Clock::time_point step_start = Clock::now();
   auto logits = engine_->Decode(id, std::span(&lane.next_token, 1), static_cast<int32_t>(lane.pos));
   decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), 1);
+  decode_lane_ms_.store(decode_lane_cost_.per_unit());
   if (!logits.ok()) {
     FinishLane(id, "", FromStatus(logits.status()));
     return;
@@ -750,6 +760,7 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   const Clock::time_point step_start = Clock::now();
   auto logits = engine_->DecodeStep(steps);
   decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), static_cast<double>(steps.size()));
+  decode_lane_ms_.store(decode_lane_cost_.per_unit());
   if (logits.ok() && steps.size() >= 2) steps_together_.fetch_add(1);
   for (size_t i = 0; i < stepping.size(); ++i) {
     Lane& lane = lanes_[stepping[i]];

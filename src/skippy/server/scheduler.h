@@ -36,7 +36,8 @@
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
 //
-// With --tpot-slo-ms, either way, a prefill that runs while lanes decode is cut into pieces that
+// With --ttft-slo-ms and lanes together, a prefill that can no longer meet its first-token target
+// goes after those that still can (prefill_order.h). With --tpot-slo-ms, either way, a prefill that runs while lanes decode is cut into pieces that
 // keep each decoding lane's mean time per output token within the target (step_budget.h), at
 // costs the engine thread measures as it runs; a planned batch is cut only where both pieces keep
 // their batch class (LaneCache::CutBatch).
@@ -171,9 +172,9 @@ class Scheduler {
   // (SharedPrefillToWaitFor, with the cache serving); counts the job's first wait.
   bool WaitsForSharedPrefill(int32_t lane_id);
   void StartJob(int32_t lane_id);
-  // The rows a prefill may run now so that no decoding lane misses --tpot-slo-ms
-  // (PrefillRowsWithinTpot at the costs measured so far), at least kMinPrefillPiece; SIZE_MAX
-  // when nothing bounds it.
+  // The rows a prefill may run now so that no decoding lane it can keep on time misses
+  // --tpot-slo-ms (PrefillRowsWithinTpot at the costs measured so far), at least
+  // kMinPrefillPiece; SIZE_MAX when nothing bounds it.
   size_t PrefillRowsNow() const;
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
   // (LaneCache::CutBatch).
@@ -227,6 +228,9 @@ class Scheduler {
   CostEstimate prefill_row_cost_;
   CostEstimate decode_lane_cost_;
   std::atomic<uint64_t> batches_cut_{0};
+  // The two costs as last measured, for CacheStats (any thread).
+  std::atomic<double> prefill_row_ms_{0};
+  std::atomic<double> decode_lane_ms_{0};
   // The smallest piece a bounded prefill runs per step, so that a prompt always advances and a
   // batch's fixed cost (tens of rows on the bench models, lane_cache::MeasureCutCost) stays a
   // small part of a piece.

@@ -48,6 +48,10 @@ struct ServerOptions {
   // decoding lane's mean time per output token within this (step_budget.h), cutting a planned
   // batch where both pieces keep their class; 0: no bound (a turn prefills up to prefill_chunk rows).
   double tpot_slo_ms = 0;
+  // --ttft-slo-ms: with lanes together, a prefill that can no longer get its first token out
+  // within this of its arrival (at the measured cost per row) goes after those that still can
+  // (prefill_order.h); 0: no target.
+  double ttft_slo_ms = 0;
 
   // Cache.
   bool cache_enabled = true;        // --no-cache turns it off

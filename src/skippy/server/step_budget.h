@@ -5,11 +5,13 @@
 // (what a client measures: (t_last - t1) / (tokens - 1), and what goodput counts) within the SLO
 // as long as its next token is out by t1 + g * SLO. Its allowance is what is left of that now;
 // the prefill may take the smallest allowance of the decoding lanes, less what their decode step
-// is expected to take, at the prefill's measured cost per row. A lane that has been faster than the
-// SLO so far lends its slack to the prefill (a burst of prompts starts sooner); one that has
-// fallen behind allows nothing, and the prefill then runs only its smallest piece
-// (Scheduler::kMinPrefillPiece), so a prompt always advances. Costs are the server's own timings
-// (CostEstimate), so the bound follows the model, the CPU and the load.
+// is expected to take, at the prefill's measured cost per row, and always a smallest piece
+// (min_rows), so that a prompt advances. A lane that has been faster than the SLO so far lends its
+// slack to the prefill (a burst of prompts starts sooner). A lane whose allowance does not cover
+// the step and the smallest piece is late whatever the prefill does this step, so it bounds
+// nothing: cutting the prefill further would make the prompt later without saving the lane (under
+// overload, with every lane late, the prefill runs as without an SLO). Costs are the server's own
+// timings (CostEstimate), so the bound follows the model, the CPU and the load.
 //
 // Where the bound cuts a planned batch, it is cut only where both pieces keep a whole batch of
 // their class (LaneCache::CutBatch): the startup batch-split check proves that a row's bits do
@@ -31,11 +33,11 @@ struct DecodingLaneClock {
   double since_first_ms = 0;
 };
 
-// The rows a prefill may run now (the rule above; 0 when a lane has no allowance left); nullopt
-// when nothing bounds it: no SLO (tpot_slo_ms <= 0), no decoding lane, or no cost per row known yet.
-// decode_ms: what the decoding lanes' next step is expected to take.
+// The rows a prefill may run now (the rule above; at least min_rows); nullopt when nothing bounds
+// it: no SLO (tpot_slo_ms <= 0), no cost per row known yet, or no decoding lane that this step can
+// keep on time. decode_ms: what the decoding lanes' next step is expected to take.
 std::optional<size_t> PrefillRowsWithinTpot(double tpot_slo_ms, std::span<const DecodingLaneClock> lanes,
-                                            double decode_ms, double row_ms);
+                                            double decode_ms, double row_ms, size_t min_rows);
 
 // A cost per unit (milliseconds per prompt row, per decoding lane) from timed work: sums that
 // decay by kKeep at each sample, so the estimate follows a machine that speeds up or slows down
