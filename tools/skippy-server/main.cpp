@@ -54,12 +54,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(16, 1 << 16));
   app.add_option("--tpot-slo-ms", o.tpot_slo_ms,
                  "time-per-output-token target: while lanes decode, prefill runs in pieces that keep each decoding "
-                 "lane's mean time per token within it, from the server's own timings (exact: a batch is cut only where "
-                 "both pieces keep their batch class); 0: no bound")
+                 "lane's mean time per token within it (lanes late anyway bound nothing), from the server's own timings "
+                 "(exact: a batch is cut only where both pieces keep their batch class); 0: no bound")
       ->capture_default_str()->check(CLI::Range(0.0, 600000.0));
   app.add_option("--ttft-slo-ms", o.ttft_slo_ms,
                  "time-to-first-token target: with lanes together, a prompt that can no longer meet it is prefilled "
-                 "after those that still can (a late prompt does not make others late); 0: no target")
+                 "after those that still can (a late prompt does not make others late), and with --tpot-slo-ms a "
+                 "prompt on time whole that pieces would make late keeps its batch; 0: no target")
       ->capture_default_str()->check(CLI::Range(0.0, 600000.0));
   app.name("skippy-server");
   app.add_option("--flash-attn", flash_attn,

@@ -638,24 +638,34 @@ void Scheduler::StartJob(int32_t id) {
   lane.phase = Phase::kPrefill;
 }
 
-size_t Scheduler::PrefillRowsNow() const {
+size_t Scheduler::PrefillRowsNow(const Lane* lane) const {
   if (options_.tpot_slo_ms <= 0) return SIZE_MAX;
   const Clock::time_point now = Clock::now();
   std::vector<DecodingLaneClock> clocks;
   for (const Lane& l : lanes_) {
-    if (l.job && l.phase == Phase::kGenerate) clocks.push_back({l.generated, MsBetween(l.first_token, now)});
+    if (l.job && l.phase == Phase::kGenerate) {
+      clocks.push_back({l.generated, MsBetween(l.first_token, now), l.job->max_tokens() - l.generated});
+    }
   }
+  const double row_ms = prefill_row_cost_.per_unit();
+  const double decode_ms = decode_lane_cost_.per_unit() * static_cast<double>(clocks.size());
   const std::optional<size_t> rows =
-      PrefillRowsWithinTpot(options_.tpot_slo_ms, clocks, decode_lane_cost_.per_unit() * static_cast<double>(clocks.size()),
-                            prefill_row_cost_.per_unit(), kMinPrefillPiece);
-  return rows.value_or(SIZE_MAX);
+      PrefillRowsWithinTpot(options_.tpot_slo_ms, clocks, decode_ms, row_ms, kMinPrefillPiece);
+  if (!rows) return SIZE_MAX;
+  if (lane != nullptr && options_.ttft_slo_ms > 0) {
+    const double ttft_left_ms = options_.ttft_slo_ms - MsBetween(lane->job->arrival(), now);
+    if (TtftOutranksTpot(ttft_left_ms, lane->job->prompt().tokens.size() - lane->pos, *rows, row_ms, decode_ms)) {
+      return SIZE_MAX;
+    }
+  }
+  return *rows;
 }
 
 void Scheduler::PrefillChunk(int32_t id) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   const std::vector<Token>& prompt = job.prompt().tokens;
-  if (const size_t rows = PrefillRowsNow(); lane.chunk_ends[lane.next_chunk] - lane.pos > rows) {
+  if (const size_t rows = PrefillRowsNow(&lane); lane.chunk_ends[lane.next_chunk] - lane.pos > rows) {
     if (std::optional<std::vector<size_t>> ends = cache_->CutBatch(id, lane.pos, rows)) {
       lane.chunk_ends = std::move(*ends);
       batches_cut_.fetch_add(1);

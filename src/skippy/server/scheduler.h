@@ -36,11 +36,11 @@
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
 //
-// With --ttft-slo-ms and lanes together, a prefill that can no longer meet its first-token target
-// goes after those that still can (prefill_order.h). With --tpot-slo-ms, either way, a prefill that runs while lanes decode is cut into pieces that
-// keep each decoding lane's mean time per output token within the target (step_budget.h), at
-// costs the engine thread measures as it runs; a planned batch is cut only where both pieces keep
-// their batch class (LaneCache::CutBatch).
+// SLOs. With --ttft-slo-ms and lanes together, a prefill that can no longer meet its first-token
+// target goes after those that still can (prefill_order.h). With --tpot-slo-ms, either way, a
+// prefill that runs while lanes decode is cut into pieces that keep each decoding lane's mean time
+// per output token within the target (step_budget.h), at costs the engine thread measures as it
+// runs; a planned batch is cut only where both pieces keep their batch class (LaneCache::CutBatch).
 //
 // Either way a lane's numbers do not depend on what else runs.
 //
@@ -174,8 +174,9 @@ class Scheduler {
   void StartJob(int32_t lane_id);
   // The rows a prefill may run now so that no decoding lane it can keep on time misses
   // --tpot-slo-ms (PrefillRowsWithinTpot at the costs measured so far), at least
-  // kMinPrefillPiece; SIZE_MAX when nothing bounds it.
-  size_t PrefillRowsNow() const;
+  // kMinPrefillPiece; SIZE_MAX when nothing bounds it, or when `lane`'s prompt would miss
+  // --ttft-slo-ms in pieces and not whole (TtftOutranksTpot).
+  size_t PrefillRowsNow(const Lane* lane = nullptr) const;
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
   // (LaneCache::CutBatch).
   void PrefillChunk(int32_t lane_id);
@@ -231,10 +232,10 @@ class Scheduler {
   // The two costs as last measured, for CacheStats (any thread).
   std::atomic<double> prefill_row_ms_{0};
   std::atomic<double> decode_lane_ms_{0};
-  // The smallest piece a bounded prefill runs per step, so that a prompt always advances and a
-  // batch's fixed cost (tens of rows on the bench models, lane_cache::MeasureCutCost) stays a
-  // small part of a piece.
-  static constexpr size_t kMinPrefillPiece = 64;
+  // The smallest piece a bounded prefill runs per step, so that a prompt always advances. Not 64:
+  // 64 rows of Llama F16 on the bench zoo (about 80 ms here) and a step of four lanes already
+  // took more than a 100 ms target, so every lane counted as late and nothing was bounded.
+  static constexpr size_t kMinPrefillPiece = 32;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
