@@ -298,6 +298,17 @@ TEST(ChatExactness, ShortMessagesWithFlashAttentionOnStockKernels) {
   ExpectChatMatchesNoCache("gemma3", {"--no-batch-invariant"});
 }
 
+// A greedy completion of `req` (ignore_eos), with the tokens and two log-probabilities per token.
+json AskGreedy(ServerProcess& p, json req) {
+  req["temperature"] = 0;
+  req["ignore_eos"] = true;
+  req["return_tokens"] = true;
+  req["n_probs"] = 2;
+  auto [status, body] = PostJson(*p.Client(), "/completion", req);
+  EXPECT_EQ(status, 200) << body.dump();
+  return body;
+}
+
 // Lanes step together (--lane-batching, Engine::DecodeStep): four requests of different lengths
 // sent at the same time to a four-lane server (so some lanes prefill while others decode) get the
 // tokens and log-probabilities each gets alone, on a --no-cache server (no decoded results to
@@ -320,17 +331,8 @@ void ExpectLanesStepExactly(const std::string& family) {
                         {{"prompt", Words(12, 300)}, {"n_predict", 64}},
                         {{"prompt", Words(13, 60)}, {"n_predict", 40}},
                         {{"prompt", Words(14, 150)}, {"n_predict", 56}}};
-  auto ask = [](ServerProcess& p, json req) {
-    req["temperature"] = 0;
-    req["ignore_eos"] = true;
-    req["return_tokens"] = true;
-    req["n_probs"] = 2;
-    auto [status, body] = PostJson(*p.Client(), "/completion", req);
-    EXPECT_EQ(status, 200) << body.dump();
-    return body;
-  };
   json alone[4];
-  for (int i = 0; i < 4; ++i) alone[i] = ask(*off, reqs[i]);
+  for (int i = 0; i < 4; ++i) alone[i] = AskGreedy(*off, reqs[i]);
   ASSERT_FALSE(alone[0]["completion_probabilities"].is_null());
   for (ServerProcess* server : {off.get(), on.get()}) {
     // All at once, until the server has stepped lanes in one batch (tiny models decode in about a
@@ -338,8 +340,8 @@ void ExpectLanesStepExactly(const std::string& family) {
     for (int attempt = 0; attempt < 5 && stats(*server)["lane_batching"].value("steps_together", 0) == 0; ++attempt) {
       json together[4];
       std::vector<std::thread> others;
-      for (int i = 1; i < 4; ++i) others.emplace_back([&, i] { together[i] = ask(*server, reqs[i]); });
-      together[0] = ask(*server, reqs[0]);
+      for (int i = 1; i < 4; ++i) others.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
+      together[0] = AskGreedy(*server, reqs[0]);
       for (std::thread& t : others) t.join();
       for (int i = 0; i < 4; ++i) {
         EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
@@ -350,7 +352,7 @@ void ExpectLanesStepExactly(const std::string& family) {
   }
   // A repeat on the cache-on server is a decoded-result hit: its first token needs no decode, the
   // rest go through the same steps.
-  const json again = ask(*on, reqs[0]);
+  const json again = AskGreedy(*on, reqs[0]);
   EXPECT_TRUE(again["skippy"].value("decoded_result_hit", false)) << again["skippy"].dump();
   EXPECT_EQ(again["completion_probabilities"], alone[0]["completion_probabilities"]);
 }
@@ -398,24 +400,15 @@ void ExpectTpotCutsChangeNoAnswer(const std::string& family) {
                         {{"prompt", Words(32, 40)}, {"n_predict", 200}},
                         {{"prompt", Words(33, 25)}, {"n_predict", 200}},
                         {{"prompt", Words(34, 1200)}, {"n_predict", 8}}};
-  auto ask = [](ServerProcess& p, json req) {
-    req["temperature"] = 0;
-    req["ignore_eos"] = true;
-    req["return_tokens"] = true;
-    req["n_probs"] = 2;
-    auto [status, body] = PostJson(*p.Client(), "/completion", req);
-    EXPECT_EQ(status, 200) << body.dump();
-    return body;
-  };
   json alone[4];
-  for (int i = 0; i < 4; ++i) alone[i] = ask(*off, reqs[i]);
+  for (int i = 0; i < 4; ++i) alone[i] = AskGreedy(*off, reqs[i]);
   int batches_cut = 0;
   for (ServerProcess* server : {off.get(), on.get()}) {
     json together[4];
     std::vector<std::thread> decoding;
-    for (int i = 0; i < 3; ++i) decoding.emplace_back([&, i] { together[i] = ask(*server, reqs[i]); });
+    for (int i = 0; i < 3; ++i) decoding.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    together[3] = ask(*server, reqs[3]);
+    together[3] = AskGreedy(*server, reqs[3]);
     for (std::thread& t : decoding) t.join();
     for (int i = 0; i < 4; ++i) {
       EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
@@ -536,13 +529,9 @@ std::vector<int> TokenRun(int from, int n) {
   return v;
 }
 
-// A greedy completion of token ids, with the tokens and two log-probabilities per token.
+// A greedy completion of token ids (AskGreedy).
 json AskTokens(ServerProcess& p, const std::vector<int>& prompt, int n) {
-  json req = {{"prompt", prompt}, {"n_predict", n}, {"temperature", 0}, {"ignore_eos", true},
-              {"return_tokens", true}, {"n_probs", 2}};
-  auto [status, body] = PostJson(*p.Client(), "/completion", req);
-  EXPECT_EQ(status, 200) << body.dump();
-  return body;
+  return AskGreedy(p, {{"prompt", prompt}, {"n_predict", n}});
 }
 
 // A conversation's second turn on `p`: a 200-token first prompt (TokenRun(from)), the 24 tokens
