@@ -24,7 +24,8 @@
 // their class (LaneCache::CutBatch): the startup batch-split check proves that a row's bits do
 // not depend on such cuts, so the bound changes when a token comes, never what it is.
 //
-// Thread-safety: PrefillRowsWithinTpot is a pure function; a CostEstimate is a value type.
+// Thread-safety: PrefillRowsWithinTpot and TtftOutranksTpot are pure functions; a CostEstimate is a
+// value type.
 #pragma once
 
 #include <cstddef>
