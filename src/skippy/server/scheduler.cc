@@ -505,8 +505,7 @@ void Scheduler::StepTogether() {
     if (!l.job || l.phase != Phase::kPrefill || FinishIfCancelled(static_cast<int32_t>(i))) continue;
     const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
     const bool late = options_.ttft_slo_ms > 0 &&
-                      MsBetween(l.job->arrival(), now) + static_cast<double>(rows_left) * prefill_row_cost_.per_unit() >
-                          options_.ttft_slo_ms;
+                      static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
     candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
     prefilling.push_back(i);
   }
@@ -638,6 +637,10 @@ void Scheduler::StartJob(int32_t id) {
   lane.phase = Phase::kPrefill;
 }
 
+double Scheduler::TtftLeftMs(const Lane& lane, Clock::time_point now) const {
+  return options_.ttft_slo_ms - MsBetween(lane.job->arrival(), now);
+}
+
 size_t Scheduler::PrefillRowsNow(const Lane* lane) const {
   if (options_.tpot_slo_ms <= 0) return SIZE_MAX;
   const Clock::time_point now = Clock::now();
@@ -653,8 +656,7 @@ size_t Scheduler::PrefillRowsNow(const Lane* lane) const {
       PrefillRowsWithinTpot(options_.tpot_slo_ms, clocks, decode_ms, row_ms, kMinPrefillPiece);
   if (!rows) return SIZE_MAX;
   if (lane != nullptr && options_.ttft_slo_ms > 0) {
-    const double ttft_left_ms = options_.ttft_slo_ms - MsBetween(lane->job->arrival(), now);
-    if (TtftOutranksTpot(ttft_left_ms, lane->job->prompt().tokens.size() - lane->pos, *rows, row_ms, decode_ms)) {
+    if (TtftOutranksTpot(TtftLeftMs(*lane, now), lane->job->prompt().tokens.size() - lane->pos, *rows, row_ms, decode_ms)) {
       return SIZE_MAX;
     }
   }

@@ -177,6 +177,8 @@ class Scheduler {
   // kMinPrefillPiece; SIZE_MAX when nothing bounds it, or when `lane`'s prompt would miss
   // --ttft-slo-ms in pieces and not whole (TtftOutranksTpot).
   size_t PrefillRowsNow(const Lane* lane = nullptr) const;
+  // What is left of the lane's --ttft-slo-ms at `now` (below 0: past it).
+  double TtftLeftMs(const Lane& lane, Clock::time_point now) const;
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
   // (LaneCache::CutBatch).
   void PrefillChunk(int32_t lane_id);
