@@ -236,7 +236,19 @@ TEST(Workloads, AreDeterministicPerSeedAndShapedAsNamed) {
     const std::string& prev = agent.requests[i - 1].prompt;
     EXPECT_EQ(agent.requests[i].prompt.compare(0, prev.size() - 15, prev, 0, prev.size() - 15), 0) << "transcript must grow";
   }
+  // long-answers: two long answers on one system prompt, then a cold document with a short one.
+  auto answers = *bench::MakeWorkload("long-answers", o);
+  ASSERT_EQ(answers.requests.size(), static_cast<size_t>(3 * o.documents));
+  const auto& a = answers.requests;
+  EXPECT_EQ(a[0].n_predict, o.answer_tokens);
+  EXPECT_EQ(a[1].n_predict, o.answer_tokens);
+  EXPECT_EQ(a[2].n_predict, o.n_predict);
+  EXPECT_EQ(a[0].prompt.substr(0, a[0].prompt.find("User:")), a[4].prompt.substr(0, a[4].prompt.find("User:")));
+  EXPECT_NE(a[2].prompt.substr(a[2].prompt.find(':'), 60), a[5].prompt.substr(a[5].prompt.find(':'), 60)) << "each document is cold";
   EXPECT_EQ(bench::MakeWorkload("nope", o).status().code(), absl::StatusCode::kNotFound);
+  o.answer_tokens = 0;
+  EXPECT_EQ(bench::MakeWorkload("long-answers", o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.answer_tokens = 128;
   o.documents = 0;
   EXPECT_EQ(bench::MakeWorkload("interleaved-prefixes", o).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -288,6 +300,7 @@ TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
   o.workload.turns = 2;
   o.workload.agent_steps = 2;
   o.workload.n_predict = 4;
+  o.workload.answer_tokens = 8;
   auto doc = bench::RunServeCompare(o);
   ASSERT_TRUE(doc.ok()) << doc.status();
   ASSERT_EQ((*doc)["runs"].size(), bench::WorkloadNames().size() * 2);
@@ -322,6 +335,14 @@ TEST_F(BenchTest, ServeCompareRunsEveryWorkloadAgainstBothServers) {
       EXPECT_LT(r["client"].get<int>(), 2);
       EXPECT_GE(r["sent_ms"].get<double>(), 0.0);
       EXPECT_GE(r["e2e_ms"].get<double>(), r["ttft_ms"].get<double>());
+      // The longest wait between two tokens lies within the stream after the first; there is none
+      // with one token.
+      if (r["tokens"].get<int>() > 1) {
+        EXPECT_GT(r["max_gap_ms"].get<double>(), 0.0) << r.dump();
+        EXPECT_LE(r["max_gap_ms"].get<double>(), r["e2e_ms"].get<double>() - r["ttft_ms"].get<double>()) << r.dump();
+      } else {
+        EXPECT_EQ(r["max_gap_ms"].get<double>(), 0.0) << r.dump();
+      }
       EXPECT_TRUE(r["timings"].contains("cache_n")) << r.dump();
     }
   }

@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--turns", sc.workload.turns, "multi-turn and chat-replies turns")->capture_default_str();
   cmp->add_option("--agent-steps", sc.workload.agent_steps, "agent-loop steps")->capture_default_str();
   cmp->add_option("--n-predict", sc.workload.n_predict, "generated tokens per request")->capture_default_str();
+  cmp->add_option("--answer-tokens", sc.workload.answer_tokens, "generated tokens of long-answers' long answers")
+      ->capture_default_str();
   cmp->add_option("--skippy-server-bin", sc.skippy_server_bin, "skippy-server binary")->capture_default_str();
   cmp->add_option("--skippy-arg", sc.skippy_args, "extra skippy-server flag (repeatable), e.g. --skippy-arg=--cache-tokens=2048")
       ->allow_extra_args(false);

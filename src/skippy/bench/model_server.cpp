@@ -126,6 +126,7 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
   const auto t0 = Clock::now();
   std::string buffer;
   bool first = true;
+  double last_token_ms = 0;
   httplib::Request req;
   req.method = "POST";
   req.path = "/completion";
@@ -152,10 +153,14 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
         for (const json& p : j.value("completion_probabilities", json::array())) run.probabilities.push_back(p);
       }
       if (j.contains("content") && !j.value("stop", false)) {
+        const double now_ms = MsSince(t0);
         if (first) {
-          run.ttft_ms = MsSince(t0);
+          run.ttft_ms = now_ms;
           first = false;
+        } else {
+          run.max_gap_ms = std::max(run.max_gap_ms, now_ms - last_token_ms);
         }
+        last_token_ms = now_ms;
         run.content += j.value("content", std::string());
         ++run.tokens;
       }

@@ -62,6 +62,7 @@ struct StreamRun {
   double total_ms = 0;
   int tokens = 0;
   double tpot_ms = 0;        // (total - ttft) / (tokens - 1)
+  double max_gap_ms = 0;     // the longest wait between two token events: a stall the reader saw
   std::string error;
   // With n_probs > 0 (and return_tokens): the generated token ids and the events'
   // completion_probabilities, concatenated.

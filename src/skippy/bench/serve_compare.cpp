@@ -46,7 +46,7 @@ StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const s
 // A request is good when its TTFT is within o.ttft_slo_ms and, with o.tpot_slo_ms > 0, its time per
 // output token (after the first) within that too.
 json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCompareOptions& o) {
-  std::vector<double> ttft, e2e, tpot;
+  std::vector<double> ttft, e2e, tpot, gap;
   int64_t reused = 0, recomputed = 0, tokens = 0;
   int ok = 0, good = 0;
   for (const StreamRun& r : runs) {
@@ -54,7 +54,10 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
     ++ok;
     ttft.push_back(r.ttft_ms);
     e2e.push_back(r.total_ms);
-    if (r.tokens > 1) tpot.push_back(r.tpot_ms);
+    if (r.tokens > 1) {
+      tpot.push_back(r.tpot_ms);
+      gap.push_back(r.max_gap_ms);
+    }
     tokens += r.tokens;
     if (r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
     reused += r.timings.value("cache_n", 0);
@@ -64,6 +67,7 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
           {"ttft_p50_ms", Percentile(ttft, 0.5)}, {"ttft_p95_ms", Percentile(ttft, 0.95)},
           {"e2e_p50_ms", Percentile(e2e, 0.5)},   {"e2e_p95_ms", Percentile(e2e, 0.95)},
           {"tpot_p50_ms", Percentile(tpot, 0.5)}, {"tpot_p95_ms", Percentile(tpot, 0.95)},
+          {"max_gap_p50_ms", Percentile(gap, 0.5)}, {"max_gap_p95_ms", Percentile(gap, 0.95)},
           {"prompt_tokens_reused", reused},       {"prompt_tokens_recomputed", recomputed},
           {"wall_s", wall_s},                     {"throughput_rps", wall_s > 0 ? ok / wall_s : 0.0},
           {"generated_tokens_per_s", wall_s > 0 ? tokens / wall_s : 0.0},
@@ -71,8 +75,8 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
           {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
 }
 
-// A TPOT percentile of a summary; "-" for runs from before TPOT was summarized.
-std::string Tpot(const json& summary, const char* key) {
+// A TPOT or stall percentile of a summary; "-" for runs from before it was summarized.
+std::string MsOrDash(const json& summary, const char* key) {
   return summary.contains(key) ? fmt::format("{:.1f}", summary.value(key, 0.0)) : std::string("-");
 }
 
@@ -203,14 +207,17 @@ std::string Markdown(const json& doc) {
     md += StrCat("\n## Concurrency sweep (", first.value("workload", "interleaved-prefixes"), "; lanes = slots = clients; TTFT SLO ",
                  doc["settings"].value("ttft_slo_ms", 0.0), " ms",
                  tpot_slo > 0 ? StrCat(", TPOT SLO ", tpot_slo, " ms") : std::string(), ")\n\n"
-                 "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | throughput rps | goodput rps | SLO attainment |\n"
-                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+                 "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | longest stall p95 ms | "
+                 "throughput rps | tokens/s | goodput rps | SLO attainment |\n"
+                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const json& l : doc["concurrency_sweep"]) {
       const json& s = l.value("summary", json::object());
       md += StrCat("| ", l.value("family", ""), " | ", l.value("concurrency", 0), " | ", l.value("server", ""), " | ",
                    fmt::format("{:.1f}", s.value("ttft_p50_ms", 0.0)), " | ", fmt::format("{:.1f}", s.value("ttft_p95_ms", 0.0)),
-                   " | ", Tpot(s, "tpot_p50_ms"), " | ", Tpot(s, "tpot_p95_ms"),
-                   " | ", fmt::format("{:.2f}", s.value("throughput_rps", 0.0)), " | ", fmt::format("{:.2f}", s.value("goodput_rps", 0.0)),
+                   " | ", MsOrDash(s, "tpot_p50_ms"), " | ", MsOrDash(s, "tpot_p95_ms"), " | ", MsOrDash(s, "max_gap_p95_ms"),
+                   " | ", fmt::format("{:.2f}", s.value("throughput_rps", 0.0)),
+                   " | ", fmt::format("{:.1f}", s.value("generated_tokens_per_s", 0.0)),
+                   " | ", fmt::format("{:.2f}", s.value("goodput_rps", 0.0)),
                    " | ", fmt::format("{:.0f}%", 100 * s.value("slo_attainment", 0.0)), " |\n");
     }
   }
@@ -346,7 +353,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
               {"settings", {{"lanes", o.lanes}, {"threads", o.threads}, {"ctx_size", o.ctx_size}, {"batch_size", o.batch_size},
                             {"flash_attn", o.flash_attn}, {"llama_default_flash_attn", "auto (llama-server's default)"},
                             {"repeats", o.repeats}, {"think_ms", o.think_ms}, {"ttft_slo_ms", o.ttft_slo_ms}, {"tpot_slo_ms", o.tpot_slo_ms},
-                            {"n_predict", o.workload.n_predict}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args},
+                            {"n_predict", o.workload.n_predict}, {"answer_tokens", o.workload.answer_tokens}, {"seed", o.workload.seed}, {"skippy_args", o.skippy_args},
                             {"zoo_format", o.model_dir.empty() ? o.zoo_format : ""}}},
               {"runs", json::array()}, {"summary", json::array()}, {"concurrency_sweep", json::array()}, {"charts", json::array()}};
   auto flush = [&] {
@@ -408,7 +415,7 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
             }
             reqs.push_back({{"stream", sweep_w.requests[i].stream}, {"client", sent[i].first}, {"sent_ms", sent[i].second},
                             {"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"e2e_ms", r.total_ms}, {"tokens", r.tokens},
-                            {"timings", t}, {"error", r.error}});
+                            {"tpot_ms", r.tpot_ms}, {"max_gap_ms", r.max_gap_ms}, {"timings", t}, {"error", r.error}});
           }
           level["requests"] = std::move(reqs);
           level["summary"]["peak_rss_bytes"] = srv->PeakRssBytes();

@@ -55,13 +55,13 @@ uint64_t Fnv1a(std::string_view s) {
 const std::vector<std::string>& WorkloadNames() {
   static const std::vector<std::string> kNames = {"exact-repeat", "shared-prefix", "interleaved-prefixes",
                                                   "multi-turn",   "chat-replies",  "agent-loop",
-                                                  "divergent-suffix", "restart"};
+                                                  "divergent-suffix", "long-answers", "restart"};
   return kNames;
 }
 
 StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& o) {
   if (o.long_prefix_words < 1 || o.short_words < 1 || o.requests < 1 || o.documents < 1 || o.rounds < 1 ||
-      o.conversations < 1 || o.turns < 1 || o.agent_steps < 1 || o.n_predict < 1) {
+      o.conversations < 1 || o.turns < 1 || o.agent_steps < 1 || o.n_predict < 1 || o.answer_tokens < 1) {
     return absl::InvalidArgumentError("workload sizes must be positive");
   }
   Words words(o.seed * 0x9e3779b97f4a7c15ULL ^ Fnv1a(name));
@@ -144,6 +144,18 @@ StatusOr<Workload> MakeWorkload(const std::string& name, const WorkloadOptions& 
       const size_t keep = static_cast<size_t>(frac * static_cast<double>(sentences.size()));
       add(StrCat("keep", static_cast<int>(frac * 100)),
           prefix_upto(keep) + " " + words.Paragraphs(o.long_prefix_words / 10) + "\nQuestion: " + words.Sentence(o.short_words) + "\nAnswer:");
+    }
+  } else if (name == "long-answers") {
+    w.description = StrCat(2 * o.documents, " questions on a shared system prompt answered in ", o.answer_tokens, " tokens, ",
+                           o.documents, " cold documents asked a short question, one in every three requests");
+    const std::string sys = "System: " + words.Paragraphs(o.long_prefix_words / 2) + "\n";
+    for (int d = 0; d < o.documents; ++d) {
+      for (int q = 0; q < 2; ++q) {
+        add(StrCat("answer", 2 * d + q), sys + "User: " + words.Sentence(o.short_words) + "\nAssistant:");
+        w.requests.back().n_predict = o.answer_tokens;
+      }
+      add(StrCat("doc", d), StrCat("Document ", d, ": ", words.Paragraphs(o.long_prefix_words), "\nQuestion: ",
+                                   words.Sentence(o.short_words), "\nAnswer:"));
     }
   } else if (name == "restart") {
     w.description = StrCat(o.documents, " documents asked about, the server restarted, each asked again, then once more");

@@ -9,6 +9,9 @@
 //                         text, as a chat client does (ReplyChain)
 //   agent-loop            a tool-call transcript that grows by one tool result per step
 //   divergent-suffix      a long stored prefix, then requests that share only part of it
+//   long-answers          questions on one shared system prompt answered at length, and every third
+//                         request a cold document asked a short question: long prefills arriving
+//                         while other lanes stream (what time-per-token targets are for)
 //   restart               long documents asked about, the server restarted, each asked again (its
 //                         headline is the phase after the restart), then once more warm
 //
@@ -71,6 +74,7 @@ struct WorkloadOptions {
   int turns = 4;
   int agent_steps = 8;
   int n_predict = 8;
+  int answer_tokens = 128;      // long-answers: generated tokens of its long answers
 };
 
 // The workload names, in report order.
