@@ -423,6 +423,14 @@ TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {
               {"summary", {row("skippy", 20.0, 900), row("llama-default", 40.0, 800), row("llama-matched", 50.0, 0),
                            // a workload without all three servers gets no head-to-head row
                            json{{"family", "llama"}, {"workload", "agent-loop"}, {"server", "skippy"}, {"ttft_p50_ms", 9.0}}}}};
+  // A sweep level: TPOT and the longest stall beside throughput; streams that ended in an error event
+  // are counted apart.
+  doc["concurrency_sweep"].push_back({{"family", "llama"}, {"server", "llama-default"}, {"concurrency", 4},
+                                      {"workload", "long-answers"},
+                                      {"summary", {{"ttft_p50_ms", 100.0}, {"ttft_p95_ms", 300.0}, {"tpot_p50_ms", 40.0},
+                                                   {"tpot_p95_ms", 50.0}, {"max_gap_p95_ms", 600.0}, {"throughput_rps", 0.5},
+                                                   {"generated_tokens_per_s", 40.0}, {"goodput_rps", 0.25},
+                                                   {"slo_attainment", 0.5}, {"errors", 3}}}});
   doc["summary"][0]["agreement"] = "3/6";
   doc["summary"][0]["disagreements"] = {{{"near_tie", true}}, {{"near_tie", false}}, {{"withheld_tail", true}}};
   std::ofstream(dir / "serve-compare.json") << doc.dump();
@@ -432,6 +440,8 @@ TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {
   EXPECT_NE(md.find("| llama | shared-prefix | 20.0 | 40.0 | 50.0 | 2.00x | 900 / 800 | 3/6 (1 same tokens as far as llama-server "
                     "sent them, 1 of 2 near-ties) |"), std::string::npos) << md;
   EXPECT_EQ(md.find("| llama | agent-loop | 9.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| llama | 4 | llama-default | 100.0 | 300.0 | 40.0 | 50.0 | 600.0 | 0.50 | 40.0 | 0.25 | 50% | 3 |"),
+            std::string::npos) << md;
   EXPECT_NE(md.find("Synthetic-weight"), std::string::npos);
   fs::remove_all(dir);
 }

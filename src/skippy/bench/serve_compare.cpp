@@ -43,15 +43,19 @@ StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const s
   return so;
 }
 
-// A request is good when its TTFT is within o.ttft_slo_ms and, with o.tpot_slo_ms > 0, its time per
-// output token (after the first) within that too.
+// A request is good when it ended without an error, its TTFT is within o.ttft_slo_ms and, with
+// o.tpot_slo_ms > 0, its time per output token (after the first) within that too. A stream that
+// sent tokens and then an error event (llama-server does when its output parser rejects what the
+// model wrote) counts in the latencies and tokens, as its client saw them, but not as served:
+// "errors", and neither throughput nor goodput.
 json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCompareOptions& o) {
   std::vector<double> ttft, e2e, tpot, gap;
   int64_t reused = 0, recomputed = 0, tokens = 0;
-  int ok = 0, good = 0;
+  int ok = 0, errors = 0, good = 0;
   for (const StreamRun& r : runs) {
     if (!r.ok) continue;
     ++ok;
+    if (!r.error.empty()) ++errors;
     ttft.push_back(r.ttft_ms);
     e2e.push_back(r.total_ms);
     if (r.tokens > 1) {
@@ -59,17 +63,17 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
       gap.push_back(r.max_gap_ms);
     }
     tokens += r.tokens;
-    if (r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
+    if (r.error.empty() && r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
     reused += r.timings.value("cache_n", 0);
     recomputed += r.timings.value("prompt_n", 0);
   }
-  return {{"requests", runs.size()},           {"ok_requests", ok},
+  return {{"requests", runs.size()},           {"ok_requests", ok}, {"errors", errors},
           {"ttft_p50_ms", Percentile(ttft, 0.5)}, {"ttft_p95_ms", Percentile(ttft, 0.95)},
           {"e2e_p50_ms", Percentile(e2e, 0.5)},   {"e2e_p95_ms", Percentile(e2e, 0.95)},
           {"tpot_p50_ms", Percentile(tpot, 0.5)}, {"tpot_p95_ms", Percentile(tpot, 0.95)},
           {"max_gap_p50_ms", Percentile(gap, 0.5)}, {"max_gap_p95_ms", Percentile(gap, 0.95)},
           {"prompt_tokens_reused", reused},       {"prompt_tokens_recomputed", recomputed},
-          {"wall_s", wall_s},                     {"throughput_rps", wall_s > 0 ? ok / wall_s : 0.0},
+          {"wall_s", wall_s},                     {"throughput_rps", wall_s > 0 ? (ok - errors) / wall_s : 0.0},
           {"generated_tokens_per_s", wall_s > 0 ? tokens / wall_s : 0.0},
           {"goodput_rps", wall_s > 0 ? good / wall_s : 0.0},
           {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
@@ -208,8 +212,8 @@ std::string Markdown(const json& doc) {
                  doc["settings"].value("ttft_slo_ms", 0.0), " ms",
                  tpot_slo > 0 ? StrCat(", TPOT SLO ", tpot_slo, " ms") : std::string(), ")\n\n"
                  "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | longest stall p95 ms | "
-                 "throughput rps | tokens/s | goodput rps | SLO attainment |\n"
-                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                 "throughput rps | tokens/s | goodput rps | SLO attainment | errors |\n"
+                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const json& l : doc["concurrency_sweep"]) {
       const json& s = l.value("summary", json::object());
       md += StrCat("| ", l.value("family", ""), " | ", l.value("concurrency", 0), " | ", l.value("server", ""), " | ",
@@ -218,7 +222,8 @@ std::string Markdown(const json& doc) {
                    " | ", fmt::format("{:.2f}", s.value("throughput_rps", 0.0)),
                    " | ", fmt::format("{:.1f}", s.value("generated_tokens_per_s", 0.0)),
                    " | ", fmt::format("{:.2f}", s.value("goodput_rps", 0.0)),
-                   " | ", fmt::format("{:.0f}%", 100 * s.value("slo_attainment", 0.0)), " |\n");
+                   " | ", fmt::format("{:.0f}%", 100 * s.value("slo_attainment", 0.0)), " | ",
+                   s.contains("errors") ? StrCat(s.value("errors", 0)) : std::string("-"), " |\n");
     }
   }
   return md;
