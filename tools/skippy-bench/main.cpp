@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   cmp->add_option("--seed", sc.workload.seed, "workload seed")->capture_default_str();
   cmp->add_option("--long-prefix-words", sc.workload.long_prefix_words, "words in long prefixes")->capture_default_str();
   cmp->add_option("--requests", sc.workload.requests, "requests of repeat/shared-prefix")->capture_default_str();
-  cmp->add_option("--documents", sc.workload.documents, "interleaved-prefixes K")->capture_default_str();
+  cmp->add_option("--documents", sc.workload.documents, "interleaved-prefixes K; long-answers' cold documents")->capture_default_str();
   cmp->add_option("--rounds", sc.workload.rounds, "interleaved-prefixes rounds")->capture_default_str();
   cmp->add_option("--conversations", sc.workload.conversations, "multi-turn and chat-replies conversations")->capture_default_str();
   cmp->add_option("--turns", sc.workload.turns, "multi-turn and chat-replies turns")->capture_default_str();

@@ -68,7 +68,7 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
       const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       server->Stop();
       std::vector<double> ttft, tpot;
-      int ok = 0, good = 0;
+      int ok = 0, served = 0, good = 0;
       json reqs = json::array();
       for (const StreamRun& r : runs) {
         reqs.push_back({{"ok", r.ok}, {"ttft_ms", r.ttft_ms}, {"tpot_ms", r.tpot_ms}, {"tokens", r.tokens},
@@ -77,6 +77,8 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
         ++ok;
         ttft.push_back(r.ttft_ms);
         tpot.push_back(r.tpot_ms);
+        if (!r.served()) continue;
+        ++served;
         if (r.ttft_ms <= o.ttft_slo_ms && r.tpot_ms <= o.tpot_slo_ms) ++good;
       }
       level["status"] = ok == o.concurrent_requests ? "ok" : "partial";
@@ -87,7 +89,8 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
       level["ttft_p95_ms"] = Percentile(ttft, 0.95);
       level["tpot_p50_ms"] = Percentile(tpot, 0.5);
       level["tpot_p95_ms"] = Percentile(tpot, 0.95);
-      level["throughput_rps"] = ok / wall_s;
+      level["errors"] = ok - served;
+      level["throughput_rps"] = served / wall_s;
       level["goodput_rps"] = good / wall_s;
       level["slo_attainment"] = static_cast<double>(good) / o.concurrent_requests;
       doc["results"].push_back(level);

@@ -1,7 +1,7 @@
 // Concurrency sweep against llama-server: for each level c, llama-server runs with --parallel c and
 // c client threads send `concurrent_requests` streamed completions in total (distinct prompts that
 // share the benchmark prefix). Per request: TTFT and TPOT at the client; per level: percentiles,
-// throughput, and goodput (requests per second that met both SLOs). Written to
+// throughput, and goodput (requests per second served without an error that met both SLOs). Written to
 // OUT/concurrency-sweep.json. Skippy's side of the sweep comes with skippy-server.
 #pragma once
 

@@ -214,7 +214,7 @@ std::vector<Result> Drive(int port, const Workload& w, int clients, std::chrono:
         if (owner[w.requests[i].stream] != c) continue;
         const StreamRun run = StreamCompleteAt(port, w.requests[i].prompt, w.requests[i].n_predict, 0, timeout);
         Result& r = out[i];
-        r.ok = run.ok && run.error.empty();
+        r.ok = run.served();
         r.error = run.error;
         r.ttft_ms = run.ttft_ms;
         r.cache_n = run.timings.value("cache_n", 0);

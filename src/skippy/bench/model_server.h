@@ -72,6 +72,11 @@ struct StreamRun {
   // of a tail that is not valid UTF-8 never arrive) and why generation stopped.
   int tokens_predicted = -1;
   std::string stop_type;
+
+  // Streamed tokens and ended without an error event: the request was served. A stream cut short
+  // by an error (llama-server's, when its output parser rejects what the model wrote) is `ok` with
+  // its latencies as the client saw them, but not served.
+  bool served() const { return ok && error.empty(); }
 };
 
 // Options for a server under comparison with the settings every comparison matches across servers

@@ -43,11 +43,10 @@ StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const s
   return so;
 }
 
-// A request is good when it ended without an error, its TTFT is within o.ttft_slo_ms and, with
-// o.tpot_slo_ms > 0, its time per output token (after the first) within that too. A stream that
-// sent tokens and then an error event (llama-server does when its output parser rejects what the
-// model wrote) counts in the latencies and tokens, as its client saw them, but not as served:
-// "errors", and neither throughput nor goodput.
+// A request is good when it was served (StreamRun::served), its TTFT is within o.ttft_slo_ms and,
+// with o.tpot_slo_ms > 0, its time per output token (after the first) within that too. A stream
+// cut short by an error event counts in the latencies and tokens, as its client saw them, and in
+// "errors", not in throughput or goodput.
 json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCompareOptions& o) {
   std::vector<double> ttft, e2e, tpot, gap;
   int64_t reused = 0, recomputed = 0, tokens = 0;
@@ -55,7 +54,7 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
   for (const StreamRun& r : runs) {
     if (!r.ok) continue;
     ++ok;
-    if (!r.error.empty()) ++errors;
+    if (!r.served()) ++errors;
     ttft.push_back(r.ttft_ms);
     e2e.push_back(r.total_ms);
     if (r.tokens > 1) {
@@ -63,7 +62,7 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
       gap.push_back(r.max_gap_ms);
     }
     tokens += r.tokens;
-    if (r.error.empty() && r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
+    if (r.served() && r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
     reused += r.timings.value("cache_n", 0);
     recomputed += r.timings.value("prompt_n", 0);
   }

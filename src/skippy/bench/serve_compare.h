@@ -6,8 +6,9 @@
 // on, as shipped), "llama-matched" (llama-server with --cache-ram 0: only its slots' own prompt
 // caches, the single-slot comparison). Each (workload, repeat, server) run starts a fresh server.
 // Per request: TTFT (first streamed token) and end-to-end latency at the client, reused and
-// recomputed prompt tokens from the server's timings, the generated text. Per run: p50/p95,
-// throughput, goodput at the TTFT SLO, peak resident memory. Output: serve-compare.json and .md.
+// recomputed prompt tokens from the server's timings, the generated text, the longest wait between
+// two tokens. Per run: p50/p95, throughput and goodput at the SLOs (of requests served without an
+// error, StreamRun::served; streams cut short by one are counted as errors), peak resident memory. Output: serve-compare.json and .md.
 #pragma once
 
 #include <string>
