@@ -55,18 +55,42 @@ TEST(PrefillOrder, AJobThatCanStillMeetItsTtftGoesBeforeALateOne) {
   EXPECT_EQ(NextPrefill(c, 8), 0u) << "an overdue lane goes first, late or not";
 }
 
+// The picks of one turn, NextInTurn asked after every chunk as the scheduler does, with no job
+// arriving in between.
+std::vector<size_t> Turn(std::vector<PrefillCandidate> c, size_t overdue, size_t budget_rows) {
+  std::vector<size_t> index(c.size()), turn;
+  std::iota(index.begin(), index.end(), size_t{0});
+  size_t rows = 0;
+  while (const std::optional<size_t> pick = NextInTurn(c, overdue, rows, budget_rows)) {
+    rows += c[*pick].next_rows;
+    turn.push_back(index[*pick]);
+    c.erase(c.begin() + static_cast<std::ptrdiff_t>(*pick));
+    index.erase(index.begin() + static_cast<std::ptrdiff_t>(*pick));
+  }
+  return turn;
+}
+
 TEST(PrefillOrder, ATurnRunsShortChunksTogetherAndALongOneAlone) {
   // Three hits' suffixes and a cold prompt: the suffixes fit one turn of 512 rows, in order (40
   // and 15 rows are one step of 64, so they keep the order they came in).
   const std::vector<PrefillCandidate> c = {{510, 0, 0, 510}, {40, 1, 0, 40}, {15, 2, 0, 15}, {90, 3, 0, 90}};
-  EXPECT_EQ(PrefillTurn(c, 8, 512), (std::vector<size_t>{1, 2, 3}));
+  EXPECT_EQ(Turn(c, 8, 512), (std::vector<size_t>{1, 2, 3}));
   // The cold prompt alone is the next turn; a first chunk larger than the budget still runs.
   const std::vector<PrefillCandidate> cold = {{510, 0, 0, 510}};
-  EXPECT_EQ(PrefillTurn(cold, 8, 256), (std::vector<size_t>{0}));
+  EXPECT_EQ(Turn(cold, 8, 256), (std::vector<size_t>{0}));
   // The first that does not fit ends the turn, even if a later one would.
   const std::vector<PrefillCandidate> d = {{300, 0, 0, 300}, {250, 1, 0, 250}, {600, 2, 5, 100}};
-  EXPECT_EQ(PrefillTurn(d, 5, 512), (std::vector<size_t>{2, 1})) << "overdue first, then the fewest rows";
-  EXPECT_TRUE(PrefillTurn({}, 8, 512).empty());
+  EXPECT_EQ(Turn(d, 5, 512), (std::vector<size_t>{2, 1})) << "overdue first, then the fewest rows";
+  EXPECT_FALSE(NextInTurn({}, 8, 0, 512).has_value());
+}
+
+TEST(PrefillOrder, AJobThatArrivesDuringATurnJoinsItWhileTheBudgetLasts) {
+  // A hit's suffix ran (40 rows); a job admitted after it, with a 30-row suffix, is next.
+  const std::vector<PrefillCandidate> c = {{510, 0, 0, 510}, {30, 5, 0, 30}};
+  EXPECT_EQ(NextInTurn(c, 8, 40, 512), 1u);
+  // Once the budget is spent it waits for the next turn, where it goes first.
+  EXPECT_FALSE(NextInTurn(c, 8, 500, 512).has_value());
+  EXPECT_EQ(NextInTurn(c, 8, 0, 512), 1u);
 }
 
 // n tokens counting up from `first`.

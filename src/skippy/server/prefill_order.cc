@@ -29,19 +29,11 @@ std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, 
   return pick;
 }
 
-std::vector<size_t> PrefillTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t budget_rows) {
-  std::vector<size_t> order(candidates.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return Before(candidates[a], candidates[b], overdue); });
-  std::vector<size_t> turn;
-  size_t rows = 0;
-  for (const size_t i : order) {
-    if (!turn.empty() && rows + candidates[i].next_rows > budget_rows) break;
-    rows += candidates[i].next_rows;
-    turn.push_back(i);
-  }
-  return turn;
+std::optional<size_t> NextInTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t rows_run,
+                                 size_t budget_rows) {
+  const std::optional<size_t> pick = NextPrefill(candidates, overdue);
+  if (!pick || (rows_run > 0 && rows_run + candidates[*pick].next_rows > budget_rows)) return std::nullopt;
+  return pick;
 }
 
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,

@@ -16,10 +16,12 @@
 // late anyway does not make another one late too, which is what goodput counts.
 //
 // Between two decode steps the chunks run in that order up to a budget of rows (the
-// --prefill-chunk size): at least one chunk, then the next ones while they fit (PrefillTurn), so
+// --prefill-chunk size): at least one chunk, then the next ones while they fit (NextInTurn), so
 // the short suffixes of several hits go in one turn, and one long chunk takes a turn alone; the
 // decoding lanes wait for at most about one chunk's worth of prefill between two of their tokens,
-// as in chunked-prefill schedulers (Sarathi-Serve's token budget).
+// as in chunked-prefill schedulers (Sarathi-Serve's token budget). The order is asked again
+// after every chunk, so a job that arrived during the turn's chunks takes its place among them
+// while the budget lasts.
 //
 // Shared prefill: jobs that arrive together with a prefix in common (one system prompt, one
 // document, the same prompt retried) all miss, since nothing is recorded until a lane has computed
@@ -52,7 +54,7 @@ struct PrefillCandidate {
   size_t rows_left = 0;     // prompt rows still to prefill (at least 1)
   uint64_t admitted = 0;    // admission order: lower came first
   size_t passed_over = 0;   // chunks given to other lanes since this lane's last one
-  size_t next_rows = 0;     // rows of its next chunk (PrefillTurn's budget)
+  size_t next_rows = 0;     // rows of its next chunk (NextInTurn's budget)
   // Its time-to-first-token target (--ttft-slo-ms) cannot be met any more, even if the rest of its
   // prefill ran now.
   bool late = false;
@@ -64,10 +66,12 @@ inline constexpr size_t kRowsStep = 64;
 // The index in `candidates` of the lane whose chunk runs next; nullopt when there is none.
 std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, size_t overdue);
 
-// The lanes (indices in `candidates`) whose next chunks run in one turn, in order: NextPrefill's
-// order, the first always, then each next one while the turn's rows stay within `budget_rows`
-// (the first that does not fit ends the turn). Empty when there is no candidate.
-std::vector<size_t> PrefillTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t budget_rows);
+// The next chunk of a turn that has run `rows_run` rows so far, among the lanes that have not run
+// one in it: NextPrefill's pick, always when it is the turn's first chunk, else when the turn's
+// rows stay within `budget_rows` with it (nullopt ends the turn, even if a later lane's chunk would
+// fit). nullopt when there is no candidate.
+std::optional<size_t> NextInTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t rows_run,
+                                 size_t budget_rows);
 
 // A job whose prefill is under way: begun (restored), its first token not out yet.
 struct InFlightPrefill {

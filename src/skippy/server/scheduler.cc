@@ -484,10 +484,51 @@ void Scheduler::Loop() {
 
 void Scheduler::StepTogether() {
   const size_t n = lanes_.size();
-  // Admitted jobs restore first, in the order they came, so that every prefill left is known (an
-  // exact repeat answers here), unless one waits for a prefix that another lane is computing.
-  std::vector<size_t> starting;
+  // Prefill chunks up to a chunk's worth of rows, in NextInTurn's order, each lane at most once. A
+  // job admitted while they run restores at once and competes for the rest of the budget, instead
+  // of waiting for the decode step and the next turn.
+  const size_t budget_rows = std::min<size_t>(options_.prefill_chunk, PrefillRowsNow());
+  size_t rows_run = 0;
+  std::vector<char> ran(n, 0);
+  while (true) {
+    StartAdmitted();
+    std::vector<PrefillCandidate> candidates;
+    std::vector<size_t> prefilling;
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < n; ++i) {
+      const Lane& l = lanes_[i];
+      // A lane waiting for its turn is freed as soon as its client goes away.
+      if (!l.job || l.phase != Phase::kPrefill || ran[i] || FinishIfCancelled(static_cast<int32_t>(i))) continue;
+      const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
+      const bool late = options_.ttft_slo_ms > 0 &&
+                        static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
+      candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
+      prefilling.push_back(i);
+    }
+    const std::optional<size_t> pick = NextInTurn(candidates, 2 * n, rows_run, budget_rows);
+    if (!pick) break;
+    rows_run += candidates[*pick].next_rows;
+    for (size_t i : prefilling) ++lanes_[i].passed_over;
+    const size_t id = prefilling[*pick];
+    lanes_[id].passed_over = 0;
+    ran[id] = 1;
+    Step(static_cast<int32_t>(id));
+    std::lock_guard lock(mu_);
+    AdmitLocked();
+  }
+  // Then one token for every decoding lane, the lanes that have just sampled their first token too.
+  std::vector<int32_t> decoding;
   for (size_t i = 0; i < n; ++i) {
+    if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate) decoding.push_back(static_cast<int32_t>(i));
+  }
+  for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
+}
+
+void Scheduler::StartAdmitted() {
+  // In the order they came, so that every prefill left is known (an exact repeat answers here),
+  // unless one waits for a prefix that another lane is computing.
+  std::vector<size_t> starting;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
     if (lanes_[i].job && lanes_[i].phase == Phase::kStart) starting.push_back(i);
   }
   std::sort(starting.begin(), starting.end(), [&](size_t a, size_t b) { return lanes_[a].admitted < lanes_[b].admitted; });
@@ -495,32 +536,6 @@ void Scheduler::StepTogether() {
     const auto id = static_cast<int32_t>(i);
     if (!FinishIfCancelled(id) && !WaitsForSharedPrefill(id)) StartJob(id);
   }
-  // Prefill chunks up to a chunk's worth of rows, in PrefillTurn's order.
-  std::vector<PrefillCandidate> candidates;
-  std::vector<size_t> prefilling;
-  const Clock::time_point now = Clock::now();
-  for (size_t i = 0; i < n; ++i) {
-    const Lane& l = lanes_[i];
-    // A lane waiting for its turn is freed as soon as its client goes away.
-    if (!l.job || l.phase != Phase::kPrefill || FinishIfCancelled(static_cast<int32_t>(i))) continue;
-    const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
-    const bool late = options_.ttft_slo_ms > 0 &&
-                      static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
-    candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
-    prefilling.push_back(i);
-  }
-  const size_t budget_rows = std::min<size_t>(options_.prefill_chunk, PrefillRowsNow());
-  for (const size_t pick : PrefillTurn(candidates, 2 * n, budget_rows)) {
-    for (size_t i : prefilling) ++lanes_[i].passed_over;
-    lanes_[prefilling[pick]].passed_over = 0;
-    Step(static_cast<int32_t>(prefilling[pick]));
-  }
-  // Then one token for every decoding lane, the lane that has just sampled its first token too.
-  std::vector<int32_t> decoding;
-  for (size_t i = 0; i < n; ++i) {
-    if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate) decoding.push_back(static_cast<int32_t>(i));
-  }
-  for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
 }
 
 bool Scheduler::FinishIfCancelled(int32_t id) {

@@ -29,7 +29,8 @@
 // cheapest (DecodeGroups).
 // Each turn of the engine thread admits queued jobs and restores them, runs prefill chunks up to
 // one chunk's worth of rows (--prefill-chunk; at least one chunk, the lanes with the fewest rows
-// left first: PrefillTurn), then steps every decoding lane once: between two decode steps there
+// left first: NextInTurn; a job that arrives meanwhile is admitted, restored and ordered among
+// them after each chunk), then steps every decoding lane once: between two decode steps there
 // is about one chunk of prefill (plus the turn's restores, cache clears and record exports), as
 // in chunked-prefill schedulers with a token budget.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
@@ -159,10 +160,13 @@ class Scheduler {
   // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
   std::string CertifyLearnedFamily();
   void Loop();
-  // With lane_batching_: restores every admitted job, runs the turn's prefill chunks (PrefillTurn
-  // within prefill_chunk rows, a lane overdue after 2 * lane_count chunks of others), then one
-  // token for every decoding lane in DecodeGroups.
+  // With lane_batching_: restores every admitted job, runs the turn's prefill chunks (NextInTurn
+  // within prefill_chunk rows, a lane overdue after 2 * lane_count chunks of others; jobs admitted
+  // after each chunk join), then one token for every decoding lane in DecodeGroups.
   void StepTogether();
+  // Begins (StartJob) the lanes admitted and not begun, in admission order, except those that
+  // wait for a shared prefill or whose client went away.
+  void StartAdmitted();
   // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
   std::vector<int32_t> AdmitLocked();
   void Step(int32_t lane_id);
