@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -55,19 +56,33 @@ TEST(PrefillOrder, AJobThatCanStillMeetItsTtftGoesBeforeALateOne) {
   EXPECT_EQ(NextPrefill(c, 8), 0u) << "an overdue lane goes first, late or not";
 }
 
-// The picks of one turn, NextInTurn asked after every chunk as the scheduler does, with no job
-// arriving in between.
-std::vector<size_t> Turn(std::vector<PrefillCandidate> c, size_t overdue, size_t budget_rows) {
-  std::vector<size_t> index(c.size()), turn;
-  std::iota(index.begin(), index.end(), size_t{0});
-  size_t rows = 0;
-  while (const std::optional<size_t> pick = NextInTurn(c, overdue, rows, budget_rows)) {
-    rows += c[*pick].next_rows;
-    turn.push_back(index[*pick]);
-    c.erase(c.begin() + static_cast<std::ptrdiff_t>(*pick));
-    index.erase(index.begin() + static_cast<std::ptrdiff_t>(*pick));
+// The picks of one turn, asked after every chunk as the scheduler does, with no job arriving in
+// between: lane i is c[i]; its chunks are next_rows long (its last one shorter), and a pick resets
+// its lane's passed_over and adds one to the others'.
+std::vector<size_t> Turn(const std::vector<PrefillCandidate>& c, size_t overdue, size_t budget_rows) {
+  std::vector<PrefillCandidate> lanes = c;
+  PrefillTurn turn(c.size(), budget_rows);
+  std::vector<size_t> picks;
+  while (true) {
+    std::vector<PrefillCandidate> candidates;
+    std::vector<size_t> lane;
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      if (lanes[i].rows_left == 0 || !turn.Open(i)) continue;
+      candidates.push_back(lanes[i]);
+      lane.push_back(i);
+    }
+    const std::optional<size_t> pick = turn.Next(candidates, overdue);
+    if (!pick) break;
+    const size_t id = lane[*pick];
+    turn.Ran(id, lanes[id]);
+    picks.push_back(id);
+    for (size_t i : lane) ++lanes[i].passed_over;
+    PrefillCandidate& p = lanes[id];
+    p.passed_over = 0;
+    p.rows_left -= p.next_rows;
+    p.next_rows = std::min(c[id].next_rows, p.rows_left);
   }
-  return turn;
+  return picks;
 }
 
 TEST(PrefillOrder, ATurnRunsShortChunksTogetherAndALongOneAlone) {
@@ -81,16 +96,36 @@ TEST(PrefillOrder, ATurnRunsShortChunksTogetherAndALongOneAlone) {
   // The first that does not fit ends the turn, even if a later one would.
   const std::vector<PrefillCandidate> d = {{300, 0, 0, 300}, {250, 1, 0, 250}, {600, 2, 5, 100}};
   EXPECT_EQ(Turn(d, 5, 512), (std::vector<size_t>{2, 1})) << "overdue first, then the fewest rows";
-  EXPECT_FALSE(NextInTurn({}, 8, 0, 512).has_value());
+  EXPECT_FALSE(PrefillTurn(0, 512).Next({}, 8).has_value());
+}
+
+TEST(PrefillOrder, ALaneRunsSeveralChunksInATurnOnlyWhenItsWholePrefillFits) {
+  // A hit cut short at its records (60 rows in chunks of 30) finishes in one turn, before a longer
+  // prompt.
+  const std::vector<PrefillCandidate> e = {{300, 0, 0, 300}, {60, 1, 0, 30}};
+  EXPECT_EQ(Turn(e, 8, 512), (std::vector<size_t>{1, 1, 0}));
+  // So does a prompt that fits the budget alone, whatever its chunks.
+  const std::vector<PrefillCandidate> f = {{400, 0, 0, 100}};
+  EXPECT_EQ(Turn(f, 8, 512), (std::vector<size_t>{0, 0, 0, 0}));
+  // A long prefill in short chunks runs one of them a turn, leaving the rest of the budget to a
+  // hit that arrives meanwhile; so does one that would have fitted alone but not after others.
+  const std::vector<PrefillCandidate> g = {{1000, 0, 0, 100}, {60, 1, 0, 30}};
+  EXPECT_EQ(Turn(g, 8, 512), (std::vector<size_t>{1, 1, 0}));
+  const std::vector<PrefillCandidate> h = {{400, 0, 0, 100}, {200, 1, 0, 200}};
+  EXPECT_EQ(Turn(h, 8, 512), (std::vector<size_t>{1, 0}));
 }
 
 TEST(PrefillOrder, AJobThatArrivesDuringATurnJoinsItWhileTheBudgetLasts) {
   // A hit's suffix ran (40 rows); a job admitted after it, with a 30-row suffix, is next.
   const std::vector<PrefillCandidate> c = {{510, 0, 0, 510}, {30, 5, 0, 30}};
-  EXPECT_EQ(NextInTurn(c, 8, 40, 512), 1u);
+  PrefillTurn turn(3, 512);
+  turn.Ran(2, {40, 4, 0, 40});
+  EXPECT_EQ(turn.Next(c, 8), 1u);
   // Once the budget is spent it waits for the next turn, where it goes first.
-  EXPECT_FALSE(NextInTurn(c, 8, 500, 512).has_value());
-  EXPECT_EQ(NextInTurn(c, 8, 0, 512), 1u);
+  PrefillTurn spent(3, 512);
+  spent.Ran(2, {500, 4, 0, 500});
+  EXPECT_FALSE(spent.Next(c, 8).has_value());
+  EXPECT_EQ(PrefillTurn(3, 512).Next(c, 8), 1u);
 }
 
 // n tokens counting up from `first`.

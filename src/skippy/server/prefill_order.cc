@@ -29,11 +29,17 @@ std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, 
   return pick;
 }
 
-std::optional<size_t> NextInTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t rows_run,
-                                 size_t budget_rows) {
+PrefillTurn::PrefillTurn(size_t lanes, size_t budget_rows) : budget_rows_(budget_rows), state_(lanes, kNotRun) {}
+
+std::optional<size_t> PrefillTurn::Next(std::span<const PrefillCandidate> candidates, size_t overdue) const {
   const std::optional<size_t> pick = NextPrefill(candidates, overdue);
-  if (!pick || (rows_run > 0 && rows_run + candidates[*pick].next_rows > budget_rows)) return std::nullopt;
+  if (!pick || (rows_run_ > 0 && rows_run_ + candidates[*pick].next_rows > budget_rows_)) return std::nullopt;
   return pick;
+}
+
+void PrefillTurn::Ran(size_t lane, const PrefillCandidate& c) {
+  if (state_[lane] == kNotRun) state_[lane] = rows_run_ + c.rows_left <= budget_rows_ ? kFinishing : kClosed;
+  rows_run_ += c.next_rows;
 }
 
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,

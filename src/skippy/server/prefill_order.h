@@ -16,12 +16,16 @@
 // late anyway does not make another one late too, which is what goodput counts.
 //
 // Between two decode steps the chunks run in that order up to a budget of rows (the
-// --prefill-chunk size): at least one chunk, then the next ones while they fit (NextInTurn), so
+// --prefill-chunk size): at least one chunk, then the next ones while they fit (PrefillTurn), so
 // the short suffixes of several hits go in one turn, and one long chunk takes a turn alone; the
 // decoding lanes wait for at most about one chunk's worth of prefill between two of their tokens,
 // as in chunked-prefill schedulers (Sarathi-Serve's token budget). The order is asked again
 // after every chunk, so a job that arrived during the turn's chunks takes its place among them
-// while the budget lasts.
+// while the budget lasts. A lane runs one chunk a turn, unless its whole prefill fit in what was
+// left of the budget when its first chunk ran: then its next chunks follow in the same turn, so a
+// prompt cut short at its records (an exact-boundary family's hit: the branch point, then the
+// tail) is not held back a decode step per cut, while a long prefill planned in short chunks does
+// not take the rest of the budget from a hit that arrives meanwhile.
 //
 // Shared prefill: jobs that arrive together with a prefix in common (one system prompt, one
 // document, the same prompt retried) all miss, since nothing is recorded until a lane has computed
@@ -54,7 +58,7 @@ struct PrefillCandidate {
   size_t rows_left = 0;     // prompt rows still to prefill (at least 1)
   uint64_t admitted = 0;    // admission order: lower came first
   size_t passed_over = 0;   // chunks given to other lanes since this lane's last one
-  size_t next_rows = 0;     // rows of its next chunk (NextInTurn's budget)
+  size_t next_rows = 0;     // rows of its next chunk (PrefillTurn's budget)
   // Its time-to-first-token target (--ttft-slo-ms) cannot be met any more, even if the rest of its
   // prefill ran now.
   bool late = false;
@@ -66,12 +70,31 @@ inline constexpr size_t kRowsStep = 64;
 // The index in `candidates` of the lane whose chunk runs next; nullopt when there is none.
 std::optional<size_t> NextPrefill(std::span<const PrefillCandidate> candidates, size_t overdue);
 
-// The next chunk of a turn that has run `rows_run` rows so far, among the lanes that have not run
-// one in it: NextPrefill's pick, always when it is the turn's first chunk, else when the turn's
-// rows stay within `budget_rows` with it (nullopt ends the turn, even if a later lane's chunk would
-// fit). nullopt when there is no candidate.
-std::optional<size_t> NextInTurn(std::span<const PrefillCandidate> candidates, size_t overdue, size_t rows_run,
-                                 size_t budget_rows);
+// One turn's prefill chunks (the rule above). Use: build the candidates of the lanes that are
+// Open, ask Next, run that chunk and tell Ran; again until Next says nullopt.
+class PrefillTurn {
+ public:
+  PrefillTurn(size_t lanes, size_t budget_rows);
+
+  // Whether `lane` may still run a chunk in this turn.
+  bool Open(size_t lane) const { return state_[lane] != kClosed; }
+
+  // The index in `candidates` (chunks of open lanes) of the chunk to run next: NextPrefill's
+  // pick, always when it is the turn's first chunk, else when the turn's rows stay within the
+  // budget with it. nullopt ends the turn, even if a later lane's chunk would fit.
+  std::optional<size_t> Next(std::span<const PrefillCandidate> candidates, size_t overdue) const;
+
+  // `lane` ran its chunk `c` (as its candidate was when Next picked it).
+  void Ran(size_t lane, const PrefillCandidate& c);
+
+  size_t rows_run() const { return rows_run_; }
+
+ private:
+  enum State : char { kNotRun, kFinishing, kClosed };
+  size_t budget_rows_;
+  size_t rows_run_ = 0;
+  std::vector<State> state_;
+};
 
 // A job whose prefill is under way: begun (restored), its first token not out yet.
 struct InFlightPrefill {

@@ -484,12 +484,10 @@ void Scheduler::Loop() {
 
 void Scheduler::StepTogether() {
   const size_t n = lanes_.size();
-  // Prefill chunks up to a chunk's worth of rows, in NextInTurn's order, each lane at most once. A
-  // job admitted while they run restores at once and competes for the rest of the budget, instead
-  // of waiting for the decode step and the next turn.
-  const size_t budget_rows = std::min<size_t>(options_.prefill_chunk, PrefillRowsNow());
-  size_t rows_run = 0;
-  std::vector<char> ran(n, 0);
+  // Prefill chunks up to a chunk's worth of rows (PrefillTurn). A job admitted while they run
+  // restores at once and competes for the rest of the budget, instead of waiting for the decode
+  // step and the next turn.
+  PrefillTurn turn(n, std::min<size_t>(options_.prefill_chunk, PrefillRowsNow()));
   while (true) {
     StartAdmitted();
     std::vector<PrefillCandidate> candidates;
@@ -498,20 +496,19 @@ void Scheduler::StepTogether() {
     for (size_t i = 0; i < n; ++i) {
       const Lane& l = lanes_[i];
       // A lane waiting for its turn is freed as soon as its client goes away.
-      if (!l.job || l.phase != Phase::kPrefill || ran[i] || FinishIfCancelled(static_cast<int32_t>(i))) continue;
+      if (!l.job || l.phase != Phase::kPrefill || !turn.Open(i) || FinishIfCancelled(static_cast<int32_t>(i))) continue;
       const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
       const bool late = options_.ttft_slo_ms > 0 &&
                         static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
       candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
       prefilling.push_back(i);
     }
-    const std::optional<size_t> pick = NextInTurn(candidates, 2 * n, rows_run, budget_rows);
+    const std::optional<size_t> pick = turn.Next(candidates, 2 * n);
     if (!pick) break;
-    rows_run += candidates[*pick].next_rows;
-    for (size_t i : prefilling) ++lanes_[i].passed_over;
     const size_t id = prefilling[*pick];
+    turn.Ran(id, candidates[*pick]);
+    for (size_t i : prefilling) ++lanes_[i].passed_over;
     lanes_[id].passed_over = 0;
-    ran[id] = 1;
     Step(static_cast<int32_t>(id));
     std::lock_guard lock(mu_);
     AdmitLocked();

@@ -29,10 +29,11 @@
 // cheapest (DecodeGroups).
 // Each turn of the engine thread admits queued jobs and restores them, runs prefill chunks up to
 // one chunk's worth of rows (--prefill-chunk; at least one chunk, the lanes with the fewest rows
-// left first: NextInTurn; a job that arrives meanwhile is admitted, restored and ordered among
-// them after each chunk), then steps every decoding lane once: between two decode steps there
-// is about one chunk of prefill (plus the turn's restores, cache clears and record exports), as
-// in chunked-prefill schedulers with a token budget.
+// left first, a lane's next chunk in the same turn only when its whole prefill fits: PrefillTurn;
+// a job that arrives meanwhile is admitted, restored and ordered among them after each chunk),
+// then steps every decoding lane once: between two decode steps there is about one chunk of
+// prefill (plus the turn's restores, cache clears and record exports), as in chunked-prefill
+// schedulers with a token budget.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
@@ -160,7 +161,7 @@ class Scheduler {
   // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
   std::string CertifyLearnedFamily();
   void Loop();
-  // With lane_batching_: restores every admitted job, runs the turn's prefill chunks (NextInTurn
+  // With lane_batching_: restores every admitted job, runs the turn's prefill chunks (PrefillTurn
   // within prefill_chunk rows, a lane overdue after 2 * lane_count chunks of others; jobs admitted
   // after each chunk join), then one token for every decoding lane in DecodeGroups.
   void StepTogether();
