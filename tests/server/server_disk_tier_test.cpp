@@ -216,7 +216,7 @@ TEST_F(DiskTierFaults, AMeasuredClassIsKeptForTheNextStart) {
   }
   const fs::path file = decision_files().at(0);
   const json kept = json::parse(std::ifstream(file));
-  for (const std::string bad : {std::string("{not json"), json{{"key", "another"}, {"on", !on}}.dump()}) {
+  for (const std::string& bad : {std::string("{not json"), json{{"key", "another"}, {"on", !on}}.dump()}) {
     SCOPED_TRACE(bad);
     std::ofstream(file, std::ios::trunc) << bad;
     auto next = ServerProcess::Start("llama", flags, name_ + "-bad");

@@ -771,7 +771,9 @@ TEST(AnswerPrefill, ANextTurnSentAsTextRestoresEverythingBeforeItsNewPart) {
         // class, also recorded as decoded when its job finished.
         const json stats = idle_done(*on, ++answers);
         EXPECT_EQ(stats.value("answers_pending", 1), 0) << stats.dump();
-        if (cls == "off") EXPECT_EQ(stats.value("answer_records", 0), answers) << stats.dump();
+        if (cls == "off") {
+          EXPECT_EQ(stats.value("answer_records", 0), answers) << stats.dump();
+        }
         EXPECT_EQ(stats.value("answers_dropped", 1), 0) << stats.dump();
         // The next turn, and the same turn with other new parts: the tokens before its new part are
         // those all of them share (for text, a token may join the reply's end to what follows).

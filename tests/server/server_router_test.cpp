@@ -245,7 +245,9 @@ TEST_F(RouterTest, SigtermDrainsTheStreamInFlightThenExits) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // New requests are refused while it drains (or find it gone).
   auto late = Client()->Post("/completion", json{{"prompt", "late"}, {"n_predict", 2}}.dump(), "application/json");
-  if (late) EXPECT_EQ(late->status, 503);
+  if (late) {
+    EXPECT_EQ(late->status, 503);
+  }
   client.join();
   EXPECT_NE(body.find("\"stop\":true"), std::string::npos) << body.substr(body.size() > 300 ? body.size() - 300 : 0);
   const std::optional<int> rc = router_->Wait(std::chrono::seconds(5));
