@@ -87,8 +87,6 @@ class PrefillTurn {
   // `lane` ran its chunk `c` (as its candidate was when Next picked it).
   void Ran(size_t lane, const PrefillCandidate& c);
 
-  size_t rows_run() const { return rows_run_; }
-
  private:
   enum State : char { kNotRun, kFinishing, kClosed };
   size_t budget_rows_;
