@@ -237,6 +237,37 @@ TEST_F(SharedTierTest, ClearRemovesANamespaceFromRedisAndFromOtherReplicas) {
   EXPECT_TRUE(a->Lookup("y", Range(0, 100)).has_value());
 }
 
+// The first proposal for a name is what every replica gets back, whoever proposes later, and names
+// stay apart; a Redis that is down is Unavailable at once, a refused password PermissionDenied.
+TEST_F(SharedTierTest, ReplicasAgreeOnTheFirstValueProposed) {
+  SharedAgreement a(Options()), b(Options());
+  auto none = a.Get("class");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  auto first = a.Propose("class", R"({"on":true})");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, R"({"on":true})");
+  auto second = b.Propose("class", R"({"on":false})");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, R"({"on":true})") << "a later proposal gets the first value back";
+  auto got = b.Get("class");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ(**got, R"({"on":true})");
+  auto other = b.Propose("another name", "x");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(*other, "x");
+  EXPECT_EQ(redis_->Keys("skippy:agree:*").size(), 2u);
+
+  SharedTierOptions wrong = Options();
+  wrong.password = "wrong";
+  EXPECT_TRUE(absl::IsPermissionDenied(SharedAgreement(wrong).Get("class").status()));
+  redis_->Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(absl::IsUnavailable(SharedAgreement(Options(200)).Propose("class", "y").status()));
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(1000));
+}
+
 TEST_F(SharedTierTest, ARefusedPasswordIsAnErrorAtOpen) {
   SharedTierOptions o = Options();
   o.password = "wrong";

@@ -165,6 +165,49 @@ TEST_F(SharedTierServing, RedisDownLeavesEveryRequestAnsweredExactly) {
   EXPECT_NE(late->LogTail().find("does not answer"), std::string::npos) << late->LogTail();
 }
 
+// --one-row-class=auto measures at startup, and the class is in the entries' identity: replicas that
+// decided apart would share nothing. The first replica proposes what it measured; the next takes it
+// without measuring and serves the first one's entries. A decision planted in Redis (the opposite
+// one) is taken as well, and answers as a --no-cache server pinned to it does.
+TEST_F(SharedTierServing, ReplicasTakeTheClassDecisionTheFirstOneMeasured) {
+  const auto docs = Documents(0xc1a55, 1);
+  auto a = ServerProcess::Start("llama", Flags({"--one-row-class=auto"}), name_ + "-a");
+  ASSERT_TRUE(a);
+  const json first = Stats(*a)["one_row_class"];
+  ASSERT_TRUE(first["measured"].contains("ratio")) << first.dump();
+  EXPECT_FALSE(first.contains("kept")) << first.dump();
+  const auto agreements = redis_->Keys("skippy:agree:*");
+  ASSERT_EQ(agreements.size(), 1u);
+  Complete(*a->Client(), Ask(docs[0], 0));
+  WaitWritten(*a);
+
+  auto b = ServerProcess::Start("llama", Flags({"--one-row-class=auto"}), name_ + "-b");
+  ASSERT_TRUE(b);
+  const json taken = Stats(*b)["one_row_class"];
+  EXPECT_EQ(taken.value("kept_from", ""), "shared") << taken.dump();
+  EXPECT_EQ(taken["on"], first["on"]);
+  EXPECT_EQ(taken["measured"], first["measured"]) << "not measured again";
+  EXPECT_EQ(Complete(*b->Client(), Ask(docs[0], 1))["skippy"].value("cache_tier", ""), "shared");
+
+  const bool planted = !first["on"].get<bool>();
+  ASSERT_EQ(redis_->Command({"SET", agreements[0], json{{"on", planted}, {"measured", {{"planted", true}}}}.dump()}),
+            std::optional<std::string>("OK"));
+  auto c = ServerProcess::Start("llama", Flags({"--one-row-class=auto"}), name_ + "-c");
+  std::vector<std::string> ref_flags = kCommon;
+  ref_flags.insert(ref_flags.end(), {"--no-cache", planted ? "--one-row-class=on" : "--one-row-class=off"});
+  auto ref = ServerProcess::Start("llama", ref_flags, name_ + "-ref");
+  ASSERT_TRUE(c && ref);
+  const json cls = Stats(*c)["one_row_class"];
+  EXPECT_EQ(cls["on"], planted) << cls.dump();
+  EXPECT_EQ(cls["measured"], (json{{"planted", true}})) << cls.dump();
+  for (int q = 2; q < 4; ++q) {
+    const json x = Complete(*c->Client(), Ask(docs[0], q));
+    const json y = Complete(*ref->Client(), Ask(docs[0], q));
+    EXPECT_EQ(x["tokens"], y["tokens"]);
+    EXPECT_EQ(x["completion_probabilities"], y["completion_probabilities"]) << x["skippy"].dump();
+  }
+}
+
 TEST_F(SharedTierServing, ARefusedPasswordStopsTheServerWithAClearError) {
   std::ofstream(password_file_) << "not-the-password\n";
   const std::string log = (fs::temp_directory_path() / (name_ + ".log")).string();

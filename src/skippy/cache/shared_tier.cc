@@ -623,4 +623,38 @@ SharedTierStats SharedTier::Stats() const {
   return s;
 }
 
+// ---------------------------------------------------------------------------------------------
+// SharedAgreement
+
+SharedAgreement::SharedAgreement(const SharedTierOptions& options)
+    : options_(options), link_(std::make_unique<RedisLink>(options_)) {}
+
+SharedAgreement::~SharedAgreement() = default;
+
+std::string SharedAgreement::KeyOf(std::string_view name) const {
+  return StrCat(options_.key_prefix, ":agree:", HexOf(Hash128(std::as_bytes(std::span(name.data(), name.size())))));
+}
+
+StatusOr<std::optional<std::string>> SharedAgreement::Get(std::string_view name) {
+  const std::string key = KeyOf(name);
+  SKIPPY_ASSIGN_OR_RETURN(auto replies, link_->Run({{"GET", key}}));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_NIL) return std::optional<std::string>();
+  if (!IsString(r)) return absl::UnavailableError(StrCat("redis ", options_.Endpoint(), ": GET ", key, ": ", StrOf(r)));
+  return std::optional<std::string>(std::string(StrOf(r)));
+}
+
+StatusOr<std::string> SharedAgreement::Propose(std::string_view name, std::string_view proposal) {
+  const std::string key = KeyOf(name);
+  SKIPPY_ASSIGN_OR_RETURN(auto replies, link_->Run({{"SET", key, proposal, "NX"}, {"GET", key}}));
+  const redisReply* got = replies[1].get();
+  if (!IsString(got)) {
+    // An error reply (out of memory under noeviction ...) or a value gone between the two commands.
+    const redisReply* set = replies[0].get();
+    return absl::UnavailableError(StrCat("redis ", options_.Endpoint(), ": SET NX ", key, ": ",
+                                         set->type == REDIS_REPLY_ERROR ? StrOf(set) : StrOf(got)));
+  }
+  return std::string(StrOf(got));
+}
+
 }  // namespace skippy::cache

@@ -182,4 +182,34 @@ class SharedTier final : public PrefixTier {
   std::thread events_;
 };
 
+// Values the replicas of one fleet agree on. The first replica to propose a value for a name sets
+// it; every later proposal, and every Get, gets that first value back. For choices a replica makes
+// by measuring at startup that enter the entries' identity (the one-row class): replicas that
+// chose differently would share no entries. Key: P:agree:<hex XXH3-128 of the name>, no expiry (an
+// agreement Redis evicts under its LRU is proposed anew by the next replica that starts).
+//
+// Each call is one round trip under the options' deadline: Unavailable when Redis cannot be
+// reached in time (the caller then decides alone), PermissionDenied when it refuses the password.
+//
+// Thread-safety: none; one instance per thread (startup code).
+class SharedAgreement {
+ public:
+  explicit SharedAgreement(const SharedTierOptions& options);
+  ~SharedAgreement();
+  SharedAgreement(const SharedAgreement&) = delete;
+  SharedAgreement& operator=(const SharedAgreement&) = delete;
+
+  // The value agreed for `name`; nullopt when none is yet.
+  [[nodiscard]] StatusOr<std::optional<std::string>> Get(std::string_view name);
+  // Sets `proposal` unless a value is agreed already; returns the value agreed (SET NX, then GET,
+  // in one pipeline: a race between two proposals has one winner, and both learn it).
+  [[nodiscard]] StatusOr<std::string> Propose(std::string_view name, std::string_view proposal);
+
+ private:
+  std::string KeyOf(std::string_view name) const;
+
+  const SharedTierOptions options_;
+  std::unique_ptr<RedisLink> link_;
+};
+
 }  // namespace skippy::cache

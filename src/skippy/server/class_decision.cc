@@ -40,18 +40,26 @@ std::string ClassDecisionKey(runtime::Engine& engine, std::string_view measure) 
                 ";cpu=", CpuModel());
 }
 
-std::optional<ClassDecision> LoadClassDecision(const std::string& dir, const std::string& key) {
-  std::ifstream in(FileOf(dir, key));
-  if (!in) return std::nullopt;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("key") || !j["key"].is_string() || j["key"].get<std::string>() != key ||
-      !j.contains("on") || !j["on"].is_boolean()) {
-    return std::nullopt;
-  }
+nlohmann::json ToJson(const ClassDecision& decision) {
+  return nlohmann::json{{"on", decision.on}, {"measured", decision.measured}};
+}
+
+std::optional<ClassDecision> ClassDecisionOf(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("on") || !j["on"].is_boolean()) return std::nullopt;
   ClassDecision d;
   d.on = j["on"].get<bool>();
   if (j.contains("measured") && j["measured"].is_object()) d.measured = j["measured"];
   return d;
+}
+
+std::optional<ClassDecision> LoadClassDecision(const std::string& dir, const std::string& key) {
+  std::ifstream in(FileOf(dir, key));
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("key") || !j["key"].is_string() || j["key"].get<std::string>() != key) {
+    return std::nullopt;
+  }
+  return ClassDecisionOf(j);
 }
 
 Status SaveClassDecision(const std::string& dir, const std::string& key, const ClassDecision& decision) {
@@ -62,7 +70,9 @@ Status SaveClassDecision(const std::string& dir, const std::string& key, const C
   const fs::path tmp = path.string() + StrCat(".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json{{"key", key}, {"on", decision.on}, {"measured", decision.measured}}.dump(2) << "\n";
+    nlohmann::json j = ToJson(decision);
+    j["key"] = key;
+    out << j.dump(2) << "\n";
     out.flush();
     if (!out) {
       fs::remove(tmp, ec);

@@ -237,34 +237,78 @@ void Scheduler::DecideOneRowClass() {
     decided = runtime::BatchInvariant() ? "this build has no one-row class" : "the stock kernels have no one-row class";
   } else {
     // Nothing has read the classes yet (Load calls this first), so the class can still change.
-    const std::string key =
-        cache_dir_lock_ == nullptr
-            ? std::string()
-            : ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", kLoneStepTolerance));
-    if (auto kept = key.empty() ? std::nullopt : LoadClassDecision(options_.cache_dir, key)) {
-      runtime::SetOneRowClass(kept->on);
-      one_row_class_json_["measured"] = kept->measured;
-      one_row_class_json_["kept"] = true;
-      decided = StrCat("as measured by an earlier start, kept in the cache dir: ", kept->on ? "on" : "off");
-      std::fprintf(stderr, "skippy-server: the one-row class is %s, as an earlier start on this cache dir measured\n",
-                   kept->on ? "on" : "off");
-    } else if (auto cost = MeasureLoneStep(*engine_); !cost.ok()) {
-      decided = StrCat("the lone-step measure could not run: ", cost.status().message());
-    } else {
-      const bool cheap = cost->ratio <= kLoneStepTolerance;
-      runtime::SetOneRowClass(cheap);
-      one_row_class_json_["measured"] = cost->ToJson();
-      one_row_class_json_["measured"]["tolerance"] = kLoneStepTolerance;
-      decided = cheap ? "a lone decode step costs no more than the tolerance in the class: on"
-                      : "a lone decode step costs more than the tolerance in the class: off";
-      std::fprintf(stderr,
-                   "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it "
-                   "(medians; the median ratio of %zu back-to-back pairs is %.3fx, %zu tokens of context): the class "
-                   "is %s\n",
-                   cost->class_ms, cost->default_ms, cost->pairs, cost->ratio, cost->context, cheap ? "on" : "off");
-      // A restart on this directory then decides the same (class_decision.h).
-      if (!key.empty()) {
-        if (Status s = SaveClassDecision(options_.cache_dir, key, {cheap, one_row_class_json_["measured"]}); !s.ok()) {
+    // Replicas on a shared tier take the fleet's decision, a server with a disk tier the one it
+    // kept there; only without either is it measured (class_decision.h).
+    const std::string key = ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", kLoneStepTolerance));
+    const std::string agreement_name = StrCat("one-row-class;", key);
+    std::optional<cache::SharedAgreement> fleet;
+    if (const auto shared = CacheOptionsOf(options_).shared) fleet.emplace(*shared);
+    auto fleet_failed = [&](const Status& s) {
+      one_row_class_json_["shared_error"] = std::string(s.message());
+      std::fprintf(stderr, "skippy-server: the shared tier holds no class decision for this replica (%s); deciding alone\n",
+                   std::string(s.message()).c_str());
+      fleet.reset();
+    };
+    std::optional<ClassDecision> decision;
+    std::string source;  // "shared", "disk" or "" (measured here)
+    if (fleet) {
+      if (auto agreed = fleet->Get(agreement_name); !agreed.ok()) {
+        fleet_failed(agreed.status());
+      } else if (agreed->has_value()) {
+        decision = ClassDecisionOf(nlohmann::json::parse(**agreed, nullptr, /*allow_exceptions=*/false));
+        if (decision) source = "shared";
+      }
+    }
+    if (!decision && cache_dir_lock_ != nullptr) {
+      decision = LoadClassDecision(options_.cache_dir, key);
+      if (decision) source = "disk";
+    }
+    if (!decision) {
+      auto cost = MeasureLoneStep(*engine_);
+      if (!cost.ok()) {
+        decided = StrCat("the lone-step measure could not run: ", cost.status().message());
+      } else {
+        decision = ClassDecision{cost->ratio <= kLoneStepTolerance, cost->ToJson()};
+        decision->measured["tolerance"] = kLoneStepTolerance;
+        std::fprintf(stderr,
+                     "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it "
+                     "(medians; the median ratio of %zu back-to-back pairs is %.3fx, %zu tokens of context): the "
+                     "class is %s\n",
+                     cost->class_ms, cost->default_ms, cost->pairs, cost->ratio, cost->context,
+                     decision->on ? "on" : "off");
+      }
+    }
+    // The fleet's decision is the first one proposed: a replica that measured (or read its disk)
+    // while another proposed first takes the other's.
+    if (decision && fleet && source != "shared") {
+      const std::string proposal = ToJson(*decision).dump();
+      if (auto agreed = fleet->Propose(agreement_name, proposal); !agreed.ok()) {
+        fleet_failed(agreed.status());
+      } else if (auto theirs = ClassDecisionOf(nlohmann::json::parse(*agreed, nullptr, false)); !theirs) {
+        fleet_failed(absl::DataLossError("the agreed value is not a class decision"));
+      } else if (*agreed != proposal) {
+        decision = std::move(theirs);
+        source = "shared";
+      }
+    }
+    if (decision) {
+      runtime::SetOneRowClass(decision->on);
+      one_row_class_json_["measured"] = decision->measured;
+      const char* on_off = decision->on ? "on" : "off";
+      if (source.empty()) {
+        decided = decision->on ? "a lone decode step costs no more than the tolerance in the class: on"
+                               : "a lone decode step costs more than the tolerance in the class: off";
+      } else {
+        one_row_class_json_["kept"] = true;
+        one_row_class_json_["kept_from"] = source;
+        decided = source == "shared" ? StrCat("as agreed by the replicas on the shared tier: ", on_off)
+                                     : StrCat("as measured by an earlier start, kept in the cache dir: ", on_off);
+        std::fprintf(stderr, "skippy-server: the one-row class is %s, as %s\n", on_off,
+                     source == "shared" ? "agreed on the shared tier" : "an earlier start on this cache dir measured");
+      }
+      // A restart on this directory then decides the same.
+      if (cache_dir_lock_ != nullptr && source != "disk") {
+        if (Status s = SaveClassDecision(options_.cache_dir, key, *decision); !s.ok()) {
           std::fprintf(stderr, "skippy-server: the class decision is not kept in the cache dir: %s\n",
                        std::string(s.message()).c_str());
         }
