@@ -16,13 +16,11 @@ defaults: the cache on, --one-row-class=auto), and per start records
   same on A and B where the change is meant to keep every bit.
 Prints and writes JSON: the starts, and per side the medians over rounds.
 """
-import argparse, hashlib, json, os, re, statistics, subprocess, sys, tempfile, time
+import argparse, hashlib, json, os, re, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import post  # noqa: E402
-
-import urllib.request  # noqa: E402
+from serverproc import post, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = " ".join(f"Section {i}: the cache keeps exact state for shared prefixes." for i in range(14))
@@ -34,16 +32,8 @@ def one_start(model, libdir, port, runs):
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     cmd = [str(ROOT / "build/bin/skippy-server"), "-m", model, "--port", str(port), "-t", "2", "-c", "2048",
            "--parallel", "1"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = start(cmd, port, env=env, log=log)
     try:
-        for _ in range(1200):
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:
-                    break
-            except Exception:
-                time.sleep(0.1)
-        else:
-            raise SystemExit(f"skippy-server did not start on {libdir}")
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         if f"{libdir}/libggml-cpu.so" not in maps:
             raise SystemExit(f"skippy-server did not load libggml-cpu.so from {libdir}")
@@ -60,8 +50,7 @@ def one_start(model, libdir, port, runs):
                                            "temperature": 0, "n_probs": 4, "cache_prompt": False})
         probs = hashlib.sha256(json.dumps(fixed["completion_probabilities"], sort_keys=True).encode()).hexdigest()
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc)
     log.seek(0)
     m = LONE_STEP.search(log.read())
     os.unlink(log.name)

@@ -24,9 +24,12 @@ def parse_model_arguments(ap):
     return a
 
 
-def start(cmd, port):
-    """Starts `cmd` (output discarded) and returns the process once GET /health answers 200."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd, port, env=None, log=None):
+    """Starts `cmd` (output to the open file `log`, else discarded; environment `env`, else this
+    one's) and returns the process once GET /health answers 200."""
+    out = log if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
+                            env=env)
     for _ in range(1200):
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:

@@ -44,7 +44,8 @@ bool IsAuthError(std::string_view message) {
          message.find("invalid username-password") != std::string_view::npos;
 }
 
-std::string NamespaceHex(const std::string& ns) { return HexOf(Hash128(std::as_bytes(std::span(ns.data(), ns.size())))); }
+// The hex XXH3-128 of a key part: a namespace, an identity encoding, an agreement name.
+std::string HashHex(std::string_view text) { return HexOf(Hash128(std::as_bytes(std::span(text.data(), text.size())))); }
 
 }  // namespace
 
@@ -188,7 +189,7 @@ SharedTier::SharedTier(const SharedTierOptions& options, const CacheConfigIdenti
     : options_(options),
       identity_(identity),
       identity_encoding_(PrefixScope{identity, ""}.CanonicalEncoding()),
-      identity_hex_(HexOf(Hash128(std::as_bytes(std::span(identity_encoding_.data(), identity_encoding_.size()))))),
+      identity_hex_(HashHex(identity_encoding_)),
       set_key_(StrCat(options_.key_prefix, ":", identity_hex_, ":set")),
       channel_(StrCat(options_.key_prefix, ":", identity_hex_, ":ev")),
       read_link_(std::make_unique<RedisLink>(options_)),
@@ -215,7 +216,7 @@ std::string SharedTier::ManifestKey(const std::string& key) const {
   return StrCat(options_.key_prefix, ":", identity_hex_, ":m:", key);
 }
 std::string SharedTier::BlockKey(const std::string& ns, const Hash128Value& h) const {
-  return StrCat(options_.key_prefix, ":b:", NamespaceHex(ns), ":", HexOf(h));
+  return StrCat(options_.key_prefix, ":b:", HashHex(ns), ":", HexOf(h));
 }
 PrefixScope SharedTier::ScopeOf(const std::string& ns) const { return PrefixScope{identity_, ns}; }
 
@@ -502,7 +503,7 @@ size_t SharedTier::Clear(const std::optional<std::string>& ns) {
   std::vector<RedisLink::Command> cmds;
   for (const std::string& k : keys) cmds.push_back({"DEL", k});
   for (const std::string& m : members) cmds.push_back({"SREM", set_key_, m});
-  const std::string event = StrCat("C ", ns ? NamespaceHex(*ns) : std::string("*"));
+  const std::string event = StrCat("C ", ns ? HashHex(*ns) : std::string("*"));
   cmds.push_back({"PUBLISH", channel_, event});
   std::lock_guard<std::mutex> link_lock(read_mu_);
   (void)read_link_->Run(cmds);
@@ -539,7 +540,7 @@ void SharedTier::OnEvent(std::string_view m) {
       std::vector<EntryId> ids;
       for (const auto& [id, k] : known_) {
         const std::string& ns = k.head.record.tenant_namespace;
-        if (arg == "*" || NamespaceHex(ns) == arg) ids.push_back(id);
+        if (arg == "*" || HashHex(ns) == arg) ids.push_back(id);
       }
       for (EntryId id : ids) {
         if (arg != "*") epochs_.Raise(known_.at(id).head.record.tenant_namespace);
@@ -632,7 +633,7 @@ SharedAgreement::SharedAgreement(const SharedTierOptions& options)
 SharedAgreement::~SharedAgreement() = default;
 
 std::string SharedAgreement::KeyOf(std::string_view name) const {
-  return StrCat(options_.key_prefix, ":agree:", HexOf(Hash128(std::as_bytes(std::span(name.data(), name.size())))));
+  return StrCat(options_.key_prefix, ":agree:", HashHex(name));
 }
 
 StatusOr<std::optional<std::string>> SharedAgreement::Get(std::string_view name) {

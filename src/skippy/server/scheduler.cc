@@ -29,6 +29,18 @@ namespace {
 ApiError ClientWentAway() { return {499, "invalid_request_error", "cancelled", "the client went away"}; }
 ApiError ShuttingDown() { return {503, "server_error", "shutting_down", "the server is stopping"}; }
 
+// The shared tier's connection (--shared-redis); nullopt without one.
+std::optional<cache::SharedTierOptions> SharedTierOptionsOf(const ServerOptions& o) {
+  if (o.shared_host.empty()) return std::nullopt;
+  cache::SharedTierOptions s;
+  s.host = o.shared_host;
+  s.port = o.shared_port;
+  s.password = o.shared_password;
+  s.key_prefix = o.shared_key_prefix;
+  s.timeout_ms = o.shared_timeout_ms;
+  return s;
+}
+
 lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
   lane_cache::LaneCacheOptions lo;
   lo.enabled = o.cache_enabled;
@@ -45,15 +57,7 @@ lane_cache::LaneCacheOptions CacheOptionsOf(const ServerOptions& o) {
   lo.decoded_bytes = std::max<uint64_t>(1, o.decoded_ram_mib) << 20;
   lo.disk_dir = o.cache_dir;
   lo.disk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.cache_disk_gib * double(uint64_t{1} << 30)));
-  if (!o.shared_host.empty()) {
-    cache::SharedTierOptions s;
-    s.host = o.shared_host;
-    s.port = o.shared_port;
-    s.password = o.shared_password;
-    s.key_prefix = o.shared_key_prefix;
-    s.timeout_ms = o.shared_timeout_ms;
-    lo.shared = s;
-  }
+  lo.shared = SharedTierOptionsOf(o);
   return lo;
 }
 
@@ -242,7 +246,7 @@ void Scheduler::DecideOneRowClass() {
     const std::string key = ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", kLoneStepTolerance));
     const std::string agreement_name = StrCat("one-row-class;", key);
     std::optional<cache::SharedAgreement> fleet;
-    if (const auto shared = CacheOptionsOf(options_).shared) fleet.emplace(*shared);
+    if (const auto shared = SharedTierOptionsOf(options_)) fleet.emplace(*shared);
     auto fleet_failed = [&](const Status& s) {
       one_row_class_json_["shared_error"] = std::string(s.message());
       std::fprintf(stderr, "skippy-server: the shared tier holds no class decision for this replica (%s); deciding alone\n",
@@ -250,18 +254,18 @@ void Scheduler::DecideOneRowClass() {
       fleet.reset();
     };
     std::optional<ClassDecision> decision;
-    std::string source;  // "shared", "disk" or "" (measured here)
+    enum class Source { kMeasured, kShared, kDisk } source = Source::kMeasured;
     if (fleet) {
       if (auto agreed = fleet->Get(agreement_name); !agreed.ok()) {
         fleet_failed(agreed.status());
       } else if (agreed->has_value()) {
         decision = ClassDecisionOf(nlohmann::json::parse(**agreed, nullptr, /*allow_exceptions=*/false));
-        if (decision) source = "shared";
+        if (decision) source = Source::kShared;
       }
     }
     if (!decision && cache_dir_lock_ != nullptr) {
       decision = LoadClassDecision(options_.cache_dir, key);
-      if (decision) source = "disk";
+      if (decision) source = Source::kDisk;
     }
     if (!decision) {
       auto cost = MeasureLoneStep(*engine_);
@@ -280,7 +284,7 @@ void Scheduler::DecideOneRowClass() {
     }
     // The fleet's decision is the first one proposed: a replica that measured (or read its disk)
     // while another proposed first takes the other's.
-    if (decision && fleet && source != "shared") {
+    if (decision && fleet && source != Source::kShared) {
       const std::string proposal = ToJson(*decision).dump();
       if (auto agreed = fleet->Propose(agreement_name, proposal); !agreed.ok()) {
         fleet_failed(agreed.status());
@@ -288,26 +292,27 @@ void Scheduler::DecideOneRowClass() {
         fleet_failed(absl::DataLossError("the agreed value is not a class decision"));
       } else if (*agreed != proposal) {
         decision = std::move(theirs);
-        source = "shared";
+        source = Source::kShared;
       }
     }
     if (decision) {
       runtime::SetOneRowClass(decision->on);
       one_row_class_json_["measured"] = decision->measured;
       const char* on_off = decision->on ? "on" : "off";
-      if (source.empty()) {
+      if (source == Source::kMeasured) {
         decided = decision->on ? "a lone decode step costs no more than the tolerance in the class: on"
                                : "a lone decode step costs more than the tolerance in the class: off";
       } else {
+        const bool shared = source == Source::kShared;
         one_row_class_json_["kept"] = true;
-        one_row_class_json_["kept_from"] = source;
-        decided = source == "shared" ? StrCat("as agreed by the replicas on the shared tier: ", on_off)
-                                     : StrCat("as measured by an earlier start, kept in the cache dir: ", on_off);
+        one_row_class_json_["kept_from"] = shared ? "shared" : "disk";
+        decided = shared ? StrCat("as agreed by the replicas on the shared tier: ", on_off)
+                         : StrCat("as measured by an earlier start, kept in the cache dir: ", on_off);
         std::fprintf(stderr, "skippy-server: the one-row class is %s, as %s\n", on_off,
-                     source == "shared" ? "agreed on the shared tier" : "an earlier start on this cache dir measured");
+                     shared ? "agreed on the shared tier" : "an earlier start on this cache dir measured");
       }
       // A restart on this directory then decides the same.
-      if (cache_dir_lock_ != nullptr && source != "disk") {
+      if (cache_dir_lock_ != nullptr && source != Source::kDisk) {
         if (Status s = SaveClassDecision(options_.cache_dir, key, *decision); !s.ok()) {
           std::fprintf(stderr, "skippy-server: the class decision is not kept in the cache dir: %s\n",
                        std::string(s.message()).c_str());
