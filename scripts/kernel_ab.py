@@ -2,12 +2,15 @@
 """skippy-server on two builds of llama.cpp's libraries, same model, alternating starts.
 
     scripts/kernel_ab.py MODEL.gguf OUT.json LIBDIR_A LIBDIR_B [--rounds N] [--runs R] [--port P]
+                         [--server-arg=ARG ...]
 
 For a change to the patch series: LIBDIR_A and LIBDIR_B are two bin/ folders of the bootstrap's
 patched llama.cpp builds (~/.cache/skippy/llama.cpp/build-...-patched-DIGEST/bin), put first on
 LD_LIBRARY_PATH so that build/bin/skippy-server loads them instead of the ones it was linked
 with. Each round starts the server on A, then on B (2 threads, 2048-token context, one lane, its
-defaults: the cache on, --one-row-class=auto), and per start records
+defaults: the cache on, --one-row-class=auto, or what --server-arg adds, such as
+--server-arg=--one-row-class=on to compare the bits of both sides in the class), and per start records
+- whether the one-row class was on (`/cache/stats`);
 - the startup measure of a lone decode step in the one-row class and without it (from its log);
 - over RUNS new prompts (scripts/ttft.py's: 14 sentences and a question), the medians of the
   cold prefill, the prefill after a restored prefix (a second question on the same prompt) and
@@ -20,18 +23,18 @@ import argparse, hashlib, json, os, re, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import post, start, stop  # noqa: E402
+from serverproc import get, post, start, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = " ".join(f"Section {i}: the cache keeps exact state for shared prefixes." for i in range(14))
 LONE_STEP = re.compile(r"takes ([0-9.]+) ms in the one-row class and ([0-9.]+) ms without it .*? is ([0-9.]+)x")
 
 
-def one_start(model, libdir, port, runs):
+def one_start(model, libdir, port, runs, server_args):
     env = dict(os.environ, LD_LIBRARY_PATH=str(libdir))
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     cmd = [str(ROOT / "build/bin/skippy-server"), "-m", model, "--port", str(port), "-t", "2", "-c", "2048",
-           "--parallel", "1"]
+           "--parallel", "1", *server_args]
     proc = start(cmd, port, env=env, log=log)
     try:
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
@@ -48,6 +51,7 @@ def one_start(model, libdir, port, runs):
             decode.append(a["timings"]["predicted_ms"] / a["timings"]["predicted_n"])
         fixed = post(port, "/completion", {"prompt": "A fixed prompt for comparing bits. " + PREFIX, "n_predict": 16,
                                            "temperature": 0, "n_probs": 4, "cache_prompt": False})
+        one_row_class = get(port, "/cache/stats")["one_row_class"]["on"]
         probs = hashlib.sha256(json.dumps(fixed["completion_probabilities"], sort_keys=True).encode()).hexdigest()
     finally:
         stop(proc)
@@ -57,7 +61,7 @@ def one_start(model, libdir, port, runs):
     return {"libdir": str(libdir), "lone_step_class_ms": float(m.group(1)) if m else None,
             "lone_step_default_ms": float(m.group(2)) if m else None, "lone_step_ratio": float(m.group(3)) if m else None,
             "cold_prefill_ms": statistics.median(cold), "hit_prefill_ms": statistics.median(hit),
-            "decode_ms_per_token": statistics.median(decode), "probs_sha256": probs}
+            "decode_ms_per_token": statistics.median(decode), "one_row_class": one_row_class, "probs_sha256": probs}
 
 
 def main():
@@ -69,6 +73,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--port", type=int, default=18730)
+    ap.add_argument("--server-arg", action="append", default=[], help="one more skippy-server argument (repeatable)")
     a = ap.parse_args()
     libs = {"a": Path(a.lib_a).resolve(), "b": Path(a.lib_b).resolve()}
     for side, d in libs.items():
@@ -77,19 +82,22 @@ def main():
     starts = []
     for r in range(a.rounds):
         for side in ("a", "b"):
-            s = one_start(a.model, libs[side], a.port, a.runs)
+            s = one_start(a.model, libs[side], a.port, a.runs, a.server_arg)
             s.update(side=side, round=r)
             starts.append(s)
             print(json.dumps(s), file=sys.stderr)
     summary = {}
     for side in ("a", "b"):
         mine = [s for s in starts if s["side"] == side]
-        summary[side] = {k: statistics.median([s[k] for s in mine if s[k] is not None] or [0])
+        summary[side] = {k: (statistics.median(v) if (v := [s[k] for s in mine if s[k] is not None]) else None)
                          for k in ("lone_step_class_ms", "lone_step_default_ms", "lone_step_ratio", "cold_prefill_ms",
                                    "hit_prefill_ms", "decode_ms_per_token")}
         summary[side]["libdir"] = str(libs[side])
-    summary["same_bits"] = len({s["probs_sha256"] for s in starts}) == 1
-    out = {"model": a.model, "rounds": a.rounds, "runs": a.runs, "starts": starts, "summary": summary}
+    # the class is in the bits: compare starts that ran in the same one
+    summary["same_bits"] = all(len({s["probs_sha256"] for s in starts if s["one_row_class"] == on}) <= 1
+                               for on in (False, True))
+    out = {"model": a.model, "rounds": a.rounds, "runs": a.runs, "server_args": a.server_arg, "starts": starts,
+           "summary": summary}
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 
