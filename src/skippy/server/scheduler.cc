@@ -243,7 +243,8 @@ void Scheduler::DecideOneRowClass() {
     // Nothing has read the classes yet (Load calls this first), so the class can still change.
     // Replicas on a shared tier take the fleet's decision, a server with a disk tier the one it
     // kept there; only without either is it measured (class_decision.h).
-    const std::string key = ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", kLoneStepTolerance));
+    const double tolerance = OneRowClassTolerance();
+    const std::string key = ClassDecisionKey(*engine_, StrCat("MeasureLoneStep;tolerance=", tolerance));
     const std::string agreement_name = StrCat("one-row-class;", key);
     std::optional<cache::SharedAgreement> fleet;
     if (const auto shared = SharedTierOptionsOf(options_)) fleet.emplace(*shared);
@@ -272,14 +273,14 @@ void Scheduler::DecideOneRowClass() {
       if (!cost.ok()) {
         decided = StrCat("the lone-step measure could not run: ", cost.status().message());
       } else {
-        decision = ClassDecision{cost->ratio <= kLoneStepTolerance, cost->ToJson()};
-        decision->measured["tolerance"] = kLoneStepTolerance;
+        decision = ClassDecision{cost->ratio <= tolerance, cost->ToJson()};
+        decision->measured["tolerance"] = tolerance;
         std::fprintf(stderr,
                      "skippy-server: a lone decode step takes %.2f ms in the one-row class and %.2f ms without it "
                      "(medians; the median ratio of %zu back-to-back pairs is %.3fx, %zu tokens of context): the "
-                     "class is %s\n",
+                     "class is %s (tolerance %.2fx)\n",
                      cost->class_ms, cost->default_ms, cost->pairs, cost->ratio, cost->context,
-                     decision->on ? "on" : "off");
+                     decision->on ? "on" : "off", tolerance);
       }
     }
     // The fleet's decision is the first one proposed: a replica that measured (or read its disk)
@@ -336,6 +337,12 @@ std::string Scheduler::WhyLanesCannotStepTogether() {
   lane_batching_json_["check"] = check->ToJson();
   if (!check->pass) return "the lane-batching check failed: a lane's logits depend on the lanes beside it";
   return "";
+}
+
+double Scheduler::OneRowClassTolerance() const {
+  const bool lanes_may_step_together =
+      options_.lane_count >= 2 && options_.lane_batching != ServerOptions::Switch::kOff;
+  return lanes_may_step_together ? kLaneStepTolerance : kLoneStepTolerance;
 }
 
 void Scheduler::DecideLaneBatching() {

@@ -9,7 +9,8 @@
 // done. A prefill chunk is always a batch of its own lane.
 //
 // The one-row class (--one-row-class=auto, the default: DecideOneRowClass keeps it where a lone
-// decode step measured at load costs at most kLoneStepTolerance more in it; on; off) computes a
+// decode step measured at load costs at most kLoneStepTolerance more in it, kLaneStepTolerance
+// where lanes may step together; on; off) computes a
 // decode row in the class of prompt rows: a lane keeps the tokens it generated as prompt KV, and
 // lanes can step together with one row each.
 //
@@ -146,7 +147,7 @@ class Scheduler {
   };
 
   // For --one-row-class=auto: measures a lone decode step with the one-row class and without
-  // (MeasureLoneStep) and keeps the class on only when it costs at most kLoneStepTolerance; with a
+  // (MeasureLoneStep) and keeps the class on only when it costs at most OneRowClassTolerance(); with a
   // disk tier, takes the decision an earlier start kept there instead (class_decision.h). Runs
   // right after the engine opens, before anything reads the classes. Sets one_row_class_json_.
   void DecideOneRowClass();
@@ -230,6 +231,16 @@ class Scheduler {
   // 3% of the tolerance (Gemma3 Q4_K_M and DeepSeek2 F16 there) can decide either way from one
   // start to the next.
   static constexpr double kLoneStepTolerance = 1.03;
+  // Where lanes may step together (2+ lanes, --lane-batching not off), the class also turns a
+  // round of k busy lanes from k lone steps into steps of several lanes (DecodeGroups), which
+  // decode k rows for little more than one row's weight reads, so auto keeps it up to this ratio:
+  // what one lane busy alone may pay per token for throughput under load. On Qwen3Next IQ2_XS
+  // (lone-step ratio 1.02-1.07) lanes together gave 1.07x-1.63x the throughput of lanes one at a
+  // time at two to eight clients (docs/evidence/concurrency-ref/lanes-class-tolerance/). Near this
+  // tolerance now: Gemma3 F16 (1.085-1.133 in docs/evidence/concurrency-f16/after-turn-rules/).
+  static constexpr double kLaneStepTolerance = 1.10;
+  // The tolerance --one-row-class=auto holds a lone step to on this server (above).
+  double OneRowClassTolerance() const;
   std::vector<double> decode_step_ms_;  // MeasureDecodeSteps: how decoding lanes are grouped (DecodeGroups)
   // --tpot-slo-ms: what a prompt row of prefill and a decoding lane's step cost here (engine
   // thread), and the batches cut to keep it.

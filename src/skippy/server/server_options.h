@@ -28,7 +28,8 @@ struct ServerOptions {
   // together with one row each. The class makes a lone decode step cost more on some models and
   // less on others (docs/evidence/one-row-class/, docs/evidence/lane-batching-auto/), so "auto"
   // (the default) measures a lone step with and without it at startup (MeasureLoneStep) and keeps
-  // it only where it costs at most Scheduler::kLoneStepTolerance more (with a disk tier, the first
+  // it only where it costs at most Scheduler::kLoneStepTolerance more, or kLaneStepTolerance with
+  // 2+ lanes that may step together (with a disk tier, the first
   // start's decision is kept there for later ones: class_decision.h). Without the patch series
   // (or with --no-batch-invariant) there is no class: "auto" is off and "on" refused.
   Switch one_row_class = Switch::kAuto;
