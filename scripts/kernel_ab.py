@@ -16,7 +16,8 @@ defaults: the cache on, --one-row-class=auto, or what --server-arg adds, such as
   cold prefill, the prefill after a restored prefix (a second question on the same prompt) and
   the decode time per token, from each answer's timings;
 - a SHA-256 of the top-4 log-probabilities of a fixed prompt's 16 greedy tokens, which must be the
-  same on A and B where the change is meant to keep every bit.
+  same on A and B where the change is meant to keep every bit (same_bits compares starts of both
+  sides that ran in the same class; null when no class had starts of both).
 Prints and writes JSON: the starts, and per side the medians over rounds.
 """
 import argparse, hashlib, json, os, re, statistics, sys, tempfile, time
@@ -93,9 +94,13 @@ def main():
                          for k in ("lone_step_class_ms", "lone_step_default_ms", "lone_step_ratio", "cold_prefill_ms",
                                    "hit_prefill_ms", "decode_ms_per_token")}
         summary[side]["libdir"] = str(libs[side])
-    # the class is in the bits: compare starts that ran in the same one
-    summary["same_bits"] = all(len({s["probs_sha256"] for s in starts if s["one_row_class"] == on}) <= 1
-                               for on in (False, True))
+    # The class is in the bits: compare starts that ran in the same one, and only where both sides
+    # have starts in it (how many each had is in "starts_per_class").
+    groups = {on: [s for s in starts if s["one_row_class"] == on] for on in (False, True)}
+    summary["starts_per_class"] = {("on" if on else "off"): {side: sum(s["side"] == side for s in g) for side in "ab"}
+                                   for on, g in groups.items()}
+    compared = [g for g in groups.values() if {s["side"] for s in g} == {"a", "b"}]
+    summary["same_bits"] = (all(len({s["probs_sha256"] for s in g}) == 1 for g in compared) if compared else None)
     out = {"model": a.model, "rounds": a.rounds, "runs": a.runs, "server_args": a.server_arg, "starts": starts,
            "summary": summary}
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")

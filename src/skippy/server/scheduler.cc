@@ -340,8 +340,11 @@ std::string Scheduler::WhyLanesCannotStepTogether() {
 }
 
 double Scheduler::OneRowClassTolerance() const {
-  const bool lanes_may_step_together =
-      options_.lane_count >= 2 && options_.lane_batching != ServerOptions::Switch::kOff;
+  // In the class a lane steps with one row, so a step of every lane must fit a ubatch
+  // (WhyLanesCannotStepTogether's first test; its lane-batching check runs in the class, later).
+  const bool lanes_may_step_together = options_.lane_count >= 2 &&
+                                       options_.lane_batching != ServerOptions::Switch::kOff &&
+                                       options_.lane_count <= engine_->context().options().n_ubatch;
   return lanes_may_step_together ? kLaneStepTolerance : kLoneStepTolerance;
 }
 

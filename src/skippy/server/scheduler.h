@@ -231,13 +231,17 @@ class Scheduler {
   // 3% of the tolerance (Gemma3 Q4_K_M and DeepSeek2 F16 there) can decide either way from one
   // start to the next.
   static constexpr double kLoneStepTolerance = 1.03;
-  // Where lanes may step together (2+ lanes, --lane-batching not off), the class also turns a
-  // round of k busy lanes from k lone steps into steps of several lanes (DecodeGroups), which
-  // decode k rows for little more than one row's weight reads, so auto keeps it up to this ratio:
-  // what one lane busy alone may pay per token for throughput under load. On Qwen3Next IQ2_XS
-  // (lone-step ratio 1.02-1.07) lanes together gave 1.07x-1.63x the throughput of lanes one at a
-  // time at two to eight clients (docs/evidence/concurrency-ref/lanes-class-tolerance/). Near this
-  // tolerance now: Gemma3 F16 (1.085-1.133 in docs/evidence/concurrency-f16/after-turn-rules/).
+  // Where lanes may step together (2+ lanes, --lane-batching not off, a row of each in a ubatch),
+  // the class also turns a round of k busy lanes from k lone steps into steps of several lanes
+  // (DecodeGroups), which decode k rows for little more than one row's weight reads, so auto keeps
+  // it up to this ratio: what one lane busy alone may pay per token for throughput under load. On
+  // Qwen3Next IQ2_XS (lone-step ratio 1.00-1.07) lanes together gave 1.07x-1.63x the throughput of
+  // lanes one at a time at two to eight clients (docs/evidence/concurrency-ref/lanes-class-tolerance/).
+  // Near this tolerance now: Gemma3 and Qwen3Next F16 (1.10-1.13 in
+  // docs/evidence/concurrency-f16/after-turn-rules/). Should the lane-batching check then fail
+  // (it has not on any model so far), the lanes decode one at a time in a class kept at up to 10%.
+  // Replicas on a shared tier agree per tolerance (it is in the agreement's name), so replicas
+  // started with one lane and with several may run in different classes.
   static constexpr double kLaneStepTolerance = 1.10;
   // The tolerance --one-row-class=auto holds a lone step to on this server (above).
   double OneRowClassTolerance() const;
