@@ -325,8 +325,12 @@ void Scheduler::DecideOneRowClass() {
   one_row_class_json_["on"] = runtime::OneRowClass();
 }
 
+uint32_t Scheduler::StepOfAllLanesRows(size_t rows_per_lane) const {
+  return static_cast<uint32_t>(rows_per_lane) * options_.lane_count;
+}
+
 std::string Scheduler::WhyLanesCannotStepTogether() {
-  const auto rows = static_cast<uint32_t>(runtime::DecodeStepRows()) * options_.lane_count;
+  const uint32_t rows = StepOfAllLanesRows(runtime::DecodeStepRows());
   if (rows > engine_->context().options().n_ubatch) {
     return StrCat("a step of ", options_.lane_count, " lanes needs ", rows, " rows, more than the batch of ",
                   engine_->context().options().n_ubatch);
@@ -344,7 +348,7 @@ double Scheduler::OneRowClassTolerance() const {
   // (WhyLanesCannotStepTogether's first test; its lane-batching check runs in the class, later).
   const bool lanes_may_step_together = options_.lane_count >= 2 &&
                                        options_.lane_batching != ServerOptions::Switch::kOff &&
-                                       options_.lane_count <= engine_->context().options().n_ubatch;
+                                       StepOfAllLanesRows(1) <= engine_->context().options().n_ubatch;
   return lanes_may_step_together ? kLaneStepTolerance : kLoneStepTolerance;
 }
 

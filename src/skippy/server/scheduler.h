@@ -157,6 +157,8 @@ class Scheduler {
   // rows for a ubatch, recurrent state with pad rows, or certify::CheckLaneBatching failing (its
   // report goes to lane_batching_json_["check"]).
   std::string WhyLanesCannotStepTogether();
+  // Rows of one step of every lane, `rows_per_lane` each (checked against the ubatch).
+  uint32_t StepOfAllLanesRows(size_t rows_per_lane) const;
   // For a learned family (an architecture outside the family table): runs the certifier
   // (certify::RunStateHandoff) on the model with the server's settings and enables the family on
   // the engine when it passes. Sets learned_json_; returns "" or why the cache stays off.
