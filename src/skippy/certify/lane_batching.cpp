@@ -69,7 +69,91 @@ StatusOr<LaneBatchingReport> Run(Engine& engine, int32_t a, int32_t b) {
   return r;
 }
 
+// The chunk into lanes[0] and a step of every other lane, alone (separately) or in one
+// DecodeStepWithChunk; then a step of all lanes together. Returns {chunk logits, step logits...,
+// next-step logits...}.
+StatusOr<std::vector<std::vector<float>>> ChunkAndSteps(Engine& engine, std::span<const int32_t> lanes,
+                                                        std::span<const int32_t> lengths,
+                                                        std::span<const Token> chunk, Token next, bool mixed) {
+  std::vector<std::vector<float>> out;
+  std::vector<Engine::DecodeStepIn> steps;
+  for (size_t i = 1; i < lanes.size(); ++i) steps.push_back({lanes[i], next, lengths[i]});
+  if (mixed) {
+    SKIPPY_ASSIGN_OR_RETURN(auto r, engine.DecodeStepWithChunk(steps, {lanes[0], chunk, lengths[0], true}));
+    out.push_back(std::move(r.chunk));
+    for (auto& l : r.steps) out.push_back(std::move(l));
+  } else {
+    SKIPPY_ASSIGN_OR_RETURN(auto l, engine.Decode(lanes[0], chunk, lengths[0]));
+    out.push_back(std::move(l));
+    for (const Engine::DecodeStepIn& s : steps) {
+      SKIPPY_ASSIGN_OR_RETURN(auto one, engine.DecodeStep(std::span(&s, 1)));
+      out.push_back(std::move(one[0]));
+    }
+  }
+  std::vector<Engine::DecodeStepIn> all;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    all.push_back({lanes[i], next, engine.SequenceLength(lanes[i])});
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto after, engine.DecodeStep(all));
+  for (auto& l : after) out.push_back(std::move(l));
+  for (size_t i = 0; i < lanes.size(); ++i) SKIPPY_RETURN_IF_ERROR(engine.Truncate(lanes[i], lengths[i]));
+  return out;
+}
+
+StatusOr<StepWithChunkReport> RunStepWithChunk(Engine& engine, std::span<const int32_t> lanes) {
+  const int32_t cap = engine.LaneCapacity();
+  const int32_t chunk_rows = 24;
+  const int32_t len_b = std::min<int32_t>(600, cap - 4);
+  const int32_t len_a = std::min<int32_t>(40, len_b / 4);
+  const int32_t lengths_all[] = {len_a, len_b, 3};
+  const std::span<const int32_t> lengths = std::span(lengths_all).first(lanes.size());
+  SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> tokens,
+                          BenchmarkTokens(engine.model(), "Step with a chunk check: a prompt chunk beside decode rows.",
+                                          len_b + chunk_rows));
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    SKIPPY_RETURN_IF_ERROR(engine.Prefill(lanes[i], std::span(tokens).first(static_cast<size_t>(lengths[i])), 0));
+  }
+  const std::span<const Token> chunk = std::span(tokens).subspan(static_cast<size_t>(len_a), chunk_rows);
+  const Token next = tokens[1];
+  SKIPPY_ASSIGN_OR_RETURN(auto alone, ChunkAndSteps(engine, lanes, lengths, chunk, next, /*mixed=*/false));
+  SKIPPY_ASSIGN_OR_RETURN(auto mixed, ChunkAndSteps(engine, lanes, lengths, chunk, next, /*mixed=*/true));
+  StepWithChunkReport r;
+  r.chunk_rows = static_cast<size_t>(chunk_rows);
+  r.lanes_stepping = lanes.size() - 1;
+  const size_t n = lanes.size();
+  auto equal = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      if (!BytesEqual(alone[i], mixed[i])) return false;
+    }
+    return true;
+  };
+  r.chunk_equal = equal(0, 1);
+  r.steps_equal = equal(1, n);
+  r.next_equal = equal(n, 2 * n);
+  r.pass = alone.size() == 2 * n && mixed.size() == 2 * n && r.chunk_equal && r.steps_equal && r.next_equal;
+  return r;
+}
+
 }  // namespace
+
+nlohmann::json StepWithChunkReport::ToJson() const {
+  return {{"chunk_rows", chunk_rows}, {"lanes_stepping", lanes_stepping}, {"chunk_equal", chunk_equal},
+          {"steps_equal", steps_equal}, {"next_step_equal", next_equal}, {"pass", pass}};
+}
+
+StatusOr<StepWithChunkReport> CheckStepWithChunk(Engine& engine, int32_t a, int32_t b, int32_t c) {
+  if (!engine.CanStepWithChunk()) {
+    return absl::FailedPreconditionError("this engine cannot step lanes beside a prompt chunk");
+  }
+  if (a == b || a == c || b == c) return absl::FailedPreconditionError("the check needs different lanes");
+  if (engine.LaneCapacity() < 64) return absl::FailedPreconditionError("the lanes are too small for the check");
+  std::vector<int32_t> lanes = {a, b};
+  if (c >= 0) lanes.push_back(c);
+  for (int32_t l : lanes) SKIPPY_RETURN_IF_ERROR(engine.Clear(l));
+  auto r = RunStepWithChunk(engine, lanes);
+  for (int32_t l : lanes) (void)engine.Clear(l);
+  return r;
+}
 
 StatusOr<LaneBatchingReport> CheckLaneBatching(Engine& engine, int32_t lane_a, int32_t lane_b) {
   if (!engine.CanDecodeSteps()) {

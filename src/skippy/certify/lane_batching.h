@@ -40,4 +40,29 @@ struct LaneBatchingReport {
 // or the lanes hold fewer than 8 cells; otherwise fails only when the engine does.
 StatusOr<LaneBatchingReport> CheckLaneBatching(runtime::Engine& engine, int32_t lane_a, int32_t lane_b);
 
+// Step-with-chunk check: proves, for one loaded model and context, that Engine::DecodeStepWithChunk
+// (a prompt chunk of one lane and a generated token of others in one graph) gives every row the
+// bits it gets alone. skippy-server puts decoding lanes' tokens beside a prompt chunk only when it
+// passes (each row is computed as in a ubatch of its own lane's rows, and the one-row class makes
+// every size one class, but another build or backend may differ).
+//
+// Method: lane a holds 40 tokens and lane b 600 (their KV lengths in different 256-cell steps,
+// where the context allows), and lane c, where there is one, 3. Alone: a 24-row chunk into lane a
+// (its last row's logits), one step of b, one of c; then each lane one step further, all together.
+// Mixed: the lanes cut back to their prompts, the chunk and the two steps in one DecodeStepWithChunk,
+// then the same step of all lanes together. Pass: every logits vector byte-identical both ways
+// (the step after shows that the KV the mixed step wrote is the KV written alone). Lanes are
+// cleared before and after.
+struct StepWithChunkReport {
+  size_t chunk_rows = 0, lanes_stepping = 0;
+  bool chunk_equal = false, steps_equal = false, next_equal = false;
+  bool pass = false;
+  nlohmann::json ToJson() const;
+};
+
+// FailedPrecondition when the engine cannot step lanes beside a chunk (Engine::CanStepWithChunk),
+// a == b, or the lanes hold fewer than 64 cells; otherwise fails only when the engine does.
+// `c` < 0: two lanes only.
+StatusOr<StepWithChunkReport> CheckStepWithChunk(runtime::Engine& engine, int32_t a, int32_t b, int32_t c = -1);
+
 }  // namespace skippy::certify

@@ -165,6 +165,67 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
   return out;
 }
 
+bool Engine::CanStepWithChunk() const {
+  return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified && !model_->is_recurrent() &&
+         !model_->is_hybrid() && !family_.learned && !family_.family_key.empty() && !family_.recurrent;
+}
+
+StatusOr<Engine::StepWithChunkOut> Engine::DecodeStepWithChunk(std::span<const DecodeStepIn> steps,
+                                                               const ChunkIn& chunk) {
+  if (!CanStepWithChunk()) {
+    return absl::FailedPreconditionError(
+        "a step with a prompt chunk needs the one-row class, the ragged split of the patch series, a KV stream per "
+        "lane and an attention-only model of the family table");
+  }
+  if (steps.empty()) return absl::InvalidArgumentError("no lanes to step beside the chunk");
+  if (chunk.tokens.empty()) return absl::InvalidArgumentError("an empty prompt chunk");
+  const size_t n_rows = chunk.tokens.size() + steps.size();
+  const uint32_t n_ubatch = context_->options().n_ubatch;
+  if (n_rows > n_ubatch) {
+    return absl::InvalidArgumentError(
+        StrCat("a chunk of ", chunk.tokens.size(), " rows and ", steps.size(), " steps exceed the ubatch of ", n_ubatch));
+  }
+  SKIPPY_RETURN_IF_ERROR(CheckAppend(chunk.lane, chunk.pos));
+  if (chunk.pos + static_cast<int64_t>(chunk.tokens.size()) > LaneCapacity()) {
+    return absl::InvalidArgumentError(StrCat("lane ", chunk.lane, ": the chunk ends past its ", LaneCapacity(), " cells"));
+  }
+  std::vector<Context::Row> rows;
+  rows.reserve(n_rows);
+  for (size_t i = 0; i < chunk.tokens.size(); ++i) {
+    rows.push_back({chunk.lane, chunk.pos + static_cast<int32_t>(i), chunk.tokens[i],
+                    chunk.logits && i + 1 == chunk.tokens.size()});
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const DecodeStepIn& s = steps[i];
+    SKIPPY_RETURN_IF_ERROR(CheckAppend(s.lane, s.pos));
+    if (s.lane == chunk.lane) return absl::InvalidArgumentError(StrCat("lane ", s.lane, " steps beside its own chunk"));
+    for (size_t j = 0; j < i; ++j) {
+      if (steps[j].lane == s.lane) return absl::InvalidArgumentError(StrCat("lane ", s.lane, " steps twice"));
+    }
+    if (s.pos + 1 > LaneCapacity()) {
+      return absl::InvalidArgumentError(StrCat("lane ", s.lane, ": no cell after position ", s.pos));
+    }
+    rows.push_back({s.lane, s.pos, s.token, true});
+  }
+  StatusOr<std::vector<std::vector<float>>> logits;
+  {
+    const ScopedRaggedSplit ragged;
+    logits = context_->DecodeRows(rows);
+  }
+  if (!logits.ok()) {
+    llama_memory_t mem = llama_get_memory(context_->raw());
+    llama_memory_seq_rm(mem, chunk.lane, chunk.pos, -1);
+    for (const DecodeStepIn& s : steps) llama_memory_seq_rm(mem, s.lane, s.pos, -1);
+    return logits.status();
+  }
+  StepWithChunkOut out;
+  size_t next = 0;
+  if (chunk.logits) out.chunk = std::move((*logits)[next++]);
+  out.steps.reserve(steps.size());
+  while (next < logits->size()) out.steps.push_back(std::move((*logits)[next++]));
+  return out;
+}
+
 StatusOr<ResidentRecord> Engine::RecordResident(int32_t lane, int32_t n_tokens, int32_t cache_seq) {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   SKIPPY_RETURN_IF_ERROR(CheckCacheSeq(cache_seq));

@@ -105,6 +105,23 @@ bool SetOneRowClass(bool on) {
 
 bool OneRowClass() { return BatchInvariant() && OneRowClassAvailable() && Switch().get_one_row(); }
 
+namespace {
+SetFn RaggedSwitch() {
+  static const SetFn set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "llama_batch_set_ragged_split"));
+  return set;
+}
+}  // namespace
+
+bool RaggedSplitAvailable() { return RaggedSwitch() != nullptr; }
+
+ScopedRaggedSplit::ScopedRaggedSplit() : on_(RaggedSplitAvailable()) {
+  if (on_) RaggedSwitch()(true);
+}
+
+ScopedRaggedSplit::~ScopedRaggedSplit() {
+  if (on_) RaggedSwitch()(false);
+}
+
 std::string KernelBuild() {
   return std::string(SKIPPY_LLAMA_COMMIT) + "+patches:" + SKIPPY_LLAMA_PATCHES + (BatchInvariant() ? "+batch-invariant" : "");
 }

@@ -45,6 +45,26 @@ bool OneRowClassAvailable();
 bool SetOneRowClass(bool on);
 bool OneRowClass();
 
+// The ragged split (the patch series' libllama switch, llama_batch_set_ragged_split): a
+// llama_decode whose rows belong to several sequences in runs of unequal lengths (a prompt chunk
+// of one lane and a generated token of others) runs as one ubatch, each run computed as in a
+// ubatch of its own, where the stock split makes several. Only for a context with one KV stream
+// per sequence and attention-only memory (Engine::DecodeStepWithChunk checks). Per thread: a
+// ScopedRaggedSplit applies to the llama_decode calls its thread makes while it lives, and
+// nothing else (another thread's decode, a stock llama-server) sees it. Available where the
+// loaded libllama exports it (the bootstrap's patched build).
+bool RaggedSplitAvailable();
+class ScopedRaggedSplit {
+ public:
+  ScopedRaggedSplit();
+  ~ScopedRaggedSplit();
+  ScopedRaggedSplit(const ScopedRaggedSplit&) = delete;
+  ScopedRaggedSplit& operator=(const ScopedRaggedSplit&) = delete;
+
+ private:
+  bool on_;
+};
+
 // The kernels a computation ran on, as part of an identity (cache entries, kept decisions): the
 // pinned llama.cpp commit, the patch series' digest, and "+batch-invariant" when that mode is on
 // (the one-row class is left to the caller: not every identity depends on it).

@@ -1,0 +1,163 @@
+// Steps with a prompt chunk (Engine::DecodeStepWithChunk): a prompt chunk of one lane and the
+// generated tokens of others in one llama_decode, one graph through the patch series' ragged split.
+// Every row must come out as it does alone: the chunk's last logits as Decode's, each lane's step
+// as DecodeStep's alone, and the KV they write as the KV written alone (the next step shows it);
+// on dense, sliding-window and MLA families, F16 and Q4_K_M, flash attention on and off. Each test
+// switches the one-row class on before its first model (process-wide; ctest runs each test in a
+// process of its own).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "skippy/certify/lane_batching.h"
+#include "skippy/common/strings.h"
+#include "skippy/runtime/engine.h"
+#include "skippy/runtime/llama_backend.h"
+#include "test_env.h"
+
+namespace {
+
+using skippy::StrCat;
+using skippy::runtime::Engine;
+using skippy::runtime::Token;
+namespace env = skippy::testing_env;
+
+#define REQUIRE_STEPS_WITH_CHUNKS()                                                                   \
+  if (!skippy::runtime::SetOneRowClass(true) || !skippy::runtime::OneRowClass() ||                   \
+      !skippy::runtime::RaggedSplitAvailable())                                                        \
+  GTEST_SKIP() << "this llama.cpp build has no one-row class or ragged split (built without the patch series)"
+
+std::unique_ptr<Engine> Open(const std::string& path_or_family, bool flash_attn, uint32_t lanes) {
+  auto o = env::ServerLayout(path_or_family, flash_attn, lanes, /*n_ctx=*/1024 * lanes);
+  if (path_or_family.find('/') != std::string::npos) o.model_path = path_or_family;
+  auto e = Engine::Open(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Four lanes of unequal lengths; chunks of 1, 7 and 40 rows into one lane (not always the lowest
+// id) beside one to three stepping lanes, compared with the same rows alone. Then the startup check.
+void ExpectEveryRowAsAlone(const std::string& model) {
+  for (bool fa : {true, false}) {
+    SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
+    auto e = Open(model, fa, 4);
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->CanStepWithChunk());
+    const auto tokens = env::Tokens(*e, 400);
+    const int32_t lengths[4] = {300, 37, 180, 5};
+    struct Case {
+      int32_t chunk_lane;
+      size_t chunk_rows;
+      std::vector<int32_t> stepping;
+    };
+    const Case cases[] = {{0, 40, {1, 2, 3}}, {2, 7, {0}}, {3, 1, {1, 2}}, {1, 40, {3}}};
+    for (const Case& c : cases) {
+      SCOPED_TRACE(StrCat("chunk of ", c.chunk_rows, " into lane ", c.chunk_lane));
+      for (int32_t l = 0; l < 4; ++l) {
+        ASSERT_TRUE(e->Clear(l).ok());
+        ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(static_cast<size_t>(lengths[l])), 0).ok());
+      }
+      const std::span<const Token> chunk =
+          std::span(tokens).subspan(static_cast<size_t>(lengths[c.chunk_lane]), c.chunk_rows);
+      std::vector<Engine::DecodeStepIn> steps;
+      for (int32_t l : c.stepping) steps.push_back({l, tokens[static_cast<size_t>(l) + 1], lengths[l]});
+      // Alone.
+      auto chunk_alone = e->Decode(c.chunk_lane, chunk, lengths[c.chunk_lane]);
+      ASSERT_TRUE(chunk_alone.ok()) << chunk_alone.status();
+      std::vector<std::vector<float>> steps_alone;
+      for (const Engine::DecodeStepIn& s : steps) {
+        auto one = e->DecodeStep(std::span(&s, 1));
+        ASSERT_TRUE(one.ok()) << one.status();
+        steps_alone.push_back((*one)[0]);
+      }
+      std::vector<Engine::DecodeStepIn> next;
+      for (int32_t l = 0; l < 4; ++l) next.push_back({l, tokens[7], e->SequenceLength(l)});
+      auto next_alone = e->DecodeStep(next);
+      ASSERT_TRUE(next_alone.ok()) << next_alone.status();
+      for (int32_t l = 0; l < 4; ++l) ASSERT_TRUE(e->Truncate(l, lengths[l]).ok());
+      // Together.
+      auto mixed = e->DecodeStepWithChunk(steps, {c.chunk_lane, chunk, lengths[c.chunk_lane], true});
+      ASSERT_TRUE(mixed.ok()) << mixed.status();
+      EXPECT_TRUE(env::SameBytes(mixed->chunk, *chunk_alone)) << "the chunk's logits differ";
+      ASSERT_EQ(mixed->steps.size(), steps.size());
+      for (size_t i = 0; i < steps.size(); ++i) {
+        EXPECT_TRUE(env::SameBytes(mixed->steps[i], steps_alone[i])) << "lane " << steps[i].lane << "'s step differs";
+      }
+      for (int32_t l = 0; l < 4; ++l) EXPECT_EQ(e->SequenceLength(l), next[static_cast<size_t>(l)].pos);
+      auto next_mixed = e->DecodeStep(next);
+      ASSERT_TRUE(next_mixed.ok()) << next_mixed.status();
+      for (size_t l = 0; l < 4; ++l) {
+        EXPECT_TRUE(env::SameBytes((*next_mixed)[l], (*next_alone)[l])) << "lane " << l << "'s KV differs";
+      }
+    }
+    auto check = skippy::certify::CheckStepWithChunk(*e, 0, 1, 2);
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_TRUE(check->pass) << check->ToJson().dump();
+  }
+}
+
+TEST(MixedSteps, EveryRowIsComputedAsAlone) {
+  REQUIRE_STEPS_WITH_CHUNKS();
+  for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectEveryRowAsAlone(family);
+}
+
+TEST(MixedSteps, EveryRowIsComputedAsAloneOnQuantizedWeights) {
+  REQUIRE_STEPS_WITH_CHUNKS();
+  for (const char* model : {"llama.Q4_K_M", "deepseek2.Q4_K_M"}) {
+    ExpectEveryRowAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
+  }
+}
+
+// Bad steps are refused before llama.cpp sees them, and leave every lane as it was.
+TEST(MixedSteps, RefusesWhatItCannotStep) {
+  REQUIRE_STEPS_WITH_CHUNKS();
+  auto e = Open("llama", /*flash_attn=*/true, 3);
+  ASSERT_NE(e, nullptr);
+  const auto tokens = env::Tokens(*e, 600);
+  for (int32_t l = 0; l < 3; ++l) ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(10), 0).ok());
+  const std::span<const Token> chunk = std::span(tokens).subspan(10, 8);
+  const Engine::DecodeStepIn step1{1, tokens[1], 10}, step2{2, tokens[1], 10};
+  auto refused = [&](std::vector<Engine::DecodeStepIn> steps, Engine::ChunkIn c) {
+    auto r = e->DecodeStepWithChunk(steps, c);
+    EXPECT_FALSE(r.ok());
+    for (int32_t l = 0; l < 3; ++l) EXPECT_EQ(e->SequenceLength(l), 10) << "lane " << l << " changed";
+    return r.ok() ? absl::OkStatus() : r.status();
+  };
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({}, {0, chunk, 10, true})));                 // nothing beside
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {0, {}, 10, true})));               // empty chunk
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {1, chunk, 10, true})));            // a lane twice
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1, step1}, {0, chunk, 10, true})));     // a step twice
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {0, chunk, 9, true})));             // not an append
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({{2, tokens[1], 11}}, {0, chunk, 10, true})));  // not an append
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({{7, tokens[1], 10}}, {0, chunk, 10, true})));  // no such lane
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({{2, -5, 10}}, {0, chunk, 10, true})));         // a bad token
+  const uint32_t n_ubatch = e->context().options().n_ubatch;
+  const std::span<const Token> too_long = std::span(tokens).subspan(10, n_ubatch);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1, step2}, {0, too_long, 10, false})));  // past the ubatch
+  // And then a good one goes through.
+  auto ok = e->DecodeStepWithChunk(std::vector{step1, step2}, {0, chunk, 10, false});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->chunk.empty());
+  EXPECT_EQ(ok->steps.size(), 2u);
+  EXPECT_EQ(e->SequenceLength(0), 18);
+  EXPECT_EQ(e->SequenceLength(1), 11);
+}
+
+// Hybrids keep their decode rows apart from chunks (their recurrent ops need equal runs).
+TEST(MixedSteps, HybridsDoNotStepBesideAChunk) {
+  REQUIRE_STEPS_WITH_CHUNKS();
+  auto e = Open("qwen3next", /*flash_attn=*/true, 2);
+  ASSERT_NE(e, nullptr);
+  EXPECT_FALSE(e->CanStepWithChunk());
+  const auto tokens = env::Tokens(*e, 20);
+  ASSERT_TRUE(e->Prefill(0, std::span(tokens).first(10), 0).ok());
+  ASSERT_TRUE(e->Prefill(1, std::span(tokens).first(10), 0).ok());
+  const Engine::DecodeStepIn step{1, tokens[1], 10};
+  auto r = e->DecodeStepWithChunk(std::span(&step, 1), {0, std::span(tokens).subspan(10, 4), 10, true});
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_EQ(e->SequenceLength(0), 10);
+  auto check = skippy::certify::CheckStepWithChunk(*e, 0, 1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(check.status())) << check.status();
+}
+
+}  // namespace
