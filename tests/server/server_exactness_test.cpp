@@ -423,6 +423,69 @@ TEST(TpotSlo, PrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCutsChan
 
 TEST(TpotSlo, HybridPrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCutsChangeNoAnswer("qwen3next"); }
 
+// Mixed steps (--mixed-steps, on by default with lanes together on an attention-only model): three
+// lanes decode 200 tokens each while a 1,200-word prompt arriving 50 ms later is prefilled beside
+// them, so its chunks carry their tokens (Engine::DecodeStepWithChunk, one graph). Every answer's
+// tokens and log-probabilities equal a --no-cache server's asked one at a time, on a --no-cache
+// and a cache-on server, for dense, sliding-window and MLA families.
+void ExpectMixedStepsChangeNoAnswer(const std::string& family) {
+  SCOPED_TRACE(family);
+  const std::vector<std::string> layout = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching"};
+  std::vector<std::string> off_flags = layout;
+  off_flags.push_back("--no-cache");
+  auto on = ServerProcess::Start(family, layout, "mixed-on");
+  auto off = ServerProcess::Start(family, off_flags, "mixed-off");
+  ASSERT_TRUE(on && off);
+  auto stats = [](ServerProcess& p) { return json::parse(p.Client()->Get("/cache/stats")->body); };
+  for (ServerProcess* server : {off.get(), on.get()}) {
+    const json mixed = stats(*server)["mixed_steps"];
+    ASSERT_TRUE(mixed.value("on", false)) << mixed.dump();
+    EXPECT_TRUE(mixed["check"].value("pass", false)) << mixed.dump();
+  }
+  const json reqs[4] = {{{"prompt", Words(41, 12)}, {"n_predict", 200}},
+                        {{"prompt", Words(42, 40)}, {"n_predict", 200}},
+                        {{"prompt", Words(43, 25)}, {"n_predict", 200}},
+                        {{"prompt", Words(44, 1200)}, {"n_predict", 8}}};
+  json alone[4];
+  for (int i = 0; i < 4; ++i) alone[i] = AskGreedy(*off, reqs[i]);
+  for (ServerProcess* server : {off.get(), on.get()}) {
+    // Tiny models decode 200 tokens in a fraction of a second: try again if the prompt missed them.
+    for (int attempt = 0; attempt < 5 && stats(*server)["mixed_steps"].value("steps_with_chunk", 0) == 0; ++attempt) {
+      json together[4];
+      std::vector<std::thread> decoding;
+      for (int i = 0; i < 3; ++i) decoding.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      together[3] = AskGreedy(*server, reqs[3]);
+      for (std::thread& t : decoding) t.join();
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
+        EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
+      }
+    }
+    EXPECT_GT(stats(*server)["mixed_steps"].value("steps_with_chunk", 0), 0) << "no lane stepped beside a chunk";
+  }
+}
+
+TEST(MixedSteps, AnAnswerDoesNotDependOnTheChunkBesideIt) {
+  for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectMixedStepsChangeNoAnswer(family);
+}
+
+// A hybrid's decoding lanes step apart from prompt chunks (its recurrent ops need equal runs), and
+// --mixed-steps=off keeps a dense model's apart too; /cache/stats says why.
+TEST(MixedSteps, HybridsAndTheSwitchKeepStepsApart) {
+  auto hybrid = ServerProcess::Start("qwen3next", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"}, "mixed-hybrid");
+  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching", "--mixed-steps",
+                                            "off"}, "mixed-switch-off");
+  ASSERT_TRUE(hybrid && off);
+  const json h = json::parse(hybrid->Client()->Get("/cache/stats")->body);
+  EXPECT_TRUE(h["lane_batching"].value("on", false)) << h.dump();
+  EXPECT_FALSE(h["mixed_steps"].value("on", true)) << h["mixed_steps"].dump();
+  EXPECT_NE(h["mixed_steps"].value("reason", std::string()).find("recurrent"), std::string::npos) << h["mixed_steps"].dump();
+  const json o = json::parse(off->Client()->Get("/cache/stats")->body);
+  EXPECT_FALSE(o["mixed_steps"].value("on", true)) << o["mixed_steps"].dump();
+  EXPECT_EQ(o["mixed_steps"].value("reason", std::string()), "off (--mixed-steps=off)");
+}
+
 // By default the decoding lanes step in the groups that measured cheapest at startup
 // (DecodeGroups): /cache/stats has a step cost per group size, and four requests at once get what
 // each got alone.

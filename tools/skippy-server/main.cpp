@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
                  "with --lane-batching, which decoding lanes step together: measured (the split whose steps, of "
                  "k lanes each, measured cheapest at startup) or all (every decoding lane in one step)")
       ->capture_default_str()->check(CLI::IsMember({"measured", "all"}));
+  std::string mixed_steps = "on";
+  app.add_option("--mixed-steps", mixed_steps,
+                 "on | off. With lanes stepping together, decoding lanes step in the llama_decode of a prompt chunk "
+                 "(one graph reads the weights once for both; each lane's rows are computed as alone, proved at "
+                 "startup). Attention-only models with the one-row class; hybrids step apart from chunks")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   std::string one_row_class = "auto";
   app.add_flag("--one-row-class{on}", one_row_class,
                "--one-row-class=on|off|auto (--one-row-class alone: on). Compute a lone row (a decode step) in the "
@@ -89,7 +95,7 @@ int main(int argc, char** argv) {
                "token's, so a lane keeps an answer and records it with its prompt for the conversation's next turn, "
                "and lanes can step together with one row each. A lone decode step costs more in the class on some "
                "models and less on others: auto, the default, measures it at startup and keeps the class only where "
-               "it costs at most 3% more (with --cache-dir, the first start's decision is kept there for later "
+               "it costs at most 3% more, 10% with 2+ lanes that may step together (with --cache-dir, the first start's decision is kept there for later "
                "starts). Pin on or off where two servers must give the same bits: a class measured anew at each "
                "start can differ between starts on a model near the tolerance")
       ->check(CLI::IsMember({"on", "off", "auto"}));
@@ -187,6 +193,7 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   o.lane_groups_measured = lane_groups == "measured";
+  o.mixed_steps = mixed_steps == "on";
   using Switch = skippy::server::ServerOptions::Switch;
   auto switch_of = [](const std::string& v) { return v == "on" ? Switch::kOn : v == "off" ? Switch::kOff : Switch::kAuto; };
   o.lane_batching = switch_of(lane_batching);

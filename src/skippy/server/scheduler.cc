@@ -178,6 +178,7 @@ Status Scheduler::Load() {
                  shared->endpoint.c_str());
   }
   DecideLaneBatching();
+  DecideMixedSteps();
   lanes_.resize(options_.lane_count);
   thread_ = std::thread([this] { Loop(); });
   ready_ = true;
@@ -388,6 +389,36 @@ void Scheduler::DecideLaneBatching() {
   }
 }
 
+void Scheduler::DecideMixedSteps() {
+  mixed_steps_json_["mode"] = options_.mixed_steps ? "on" : "off";
+  std::string why;
+  if (!options_.mixed_steps) {
+    why = "off (--mixed-steps=off)";
+  } else if (!lane_batching_) {
+    why = "lanes do not step together";
+  } else if (!runtime::RaggedSplitAvailable()) {
+    why = "this llama.cpp build has no ragged split (built without the patch series)";
+  } else if (!engine_->CanStepWithChunk()) {
+    why = "recurrent state or a learned architecture: decode rows step apart from prompt chunks";
+  } else {
+    auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
+    if (!check.ok()) {
+      why = StrCat("the step-with-chunk check could not run: ", check.status().message());
+    } else {
+      mixed_steps_json_["check"] = check->ToJson();
+      if (!check->pass) why = "the step-with-chunk check failed: a row's logits differ beside a chunk";
+    }
+  }
+  mixed_steps_ = why.empty();
+  mixed_steps_json_["on"] = mixed_steps_;
+  if (!mixed_steps_) {
+    mixed_steps_json_["reason"] = why;
+    if (lane_batching_ && options_.mixed_steps) {
+      std::fprintf(stderr, "skippy-server: decoding lanes step apart from prompt chunks: %s\n", why.c_str());
+    }
+  }
+}
+
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
   if (!ready_) return absl::UnavailableError("the model is loading");
   std::lock_guard lock(mu_);
@@ -429,6 +460,8 @@ nlohmann::json Scheduler::CacheStats() const {
   j["one_row_class"] = one_row_class_json_;
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
+  j["mixed_steps"] = mixed_steps_json_;
+  j["mixed_steps"]["steps_with_chunk"] = steps_with_chunk_.load();
   j["shared_prefill_waits"] = shared_prefill_waits_.load();
   j["slo"] = {{"ttft_ms", options_.ttft_slo_ms},
               {"tpot_ms", options_.tpot_slo_ms},
@@ -551,6 +584,10 @@ void Scheduler::StepTogether() {
   // restores at once and competes for the rest of the budget, instead of waiting for the decode
   // step and the next turn.
   PrefillTurn turn(n, std::min<size_t>(options_.prefill_chunk, PrefillRowsNow()));
+  // The jobs that stepped beside a chunk this turn, by lane, as their admission number + 1 (a lane
+  // freed then may take a job that begins decoding in this turn's closing step).
+  std::vector<uint64_t> stepped(n, 0);
+  auto has_stepped = [&](size_t i) { return lanes_[i].job && stepped[i] == lanes_[i].admitted + 1; };
   while (true) {
     StartAdmitted();
     std::vector<PrefillCandidate> candidates;
@@ -572,14 +609,31 @@ void Scheduler::StepTogether() {
     turn.Ran(id, candidates[*pick]);
     for (size_t i : prefilling) ++lanes_[i].passed_over;
     lanes_[id].passed_over = 0;
-    Step(static_cast<int32_t>(id));
+    if (mixed_steps_) {
+      // The decoding lanes that have not stepped this turn step in the chunk's llama_decode.
+      std::vector<int32_t> decoding;
+      for (size_t i = 0; i < n; ++i) {
+        if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate && !has_stepped(i)) {
+          decoding.push_back(static_cast<int32_t>(i));
+          stepped[i] = lanes_[i].admitted + 1;  // cleared again below unless it stepped
+        }
+      }
+      std::vector<int32_t> did;
+      if (!FinishIfCancelled(static_cast<int32_t>(id))) did = PrefillChunk(static_cast<int32_t>(id), decoding);
+      for (int32_t i : decoding) {
+        if (std::find(did.begin(), did.end(), i) == did.end()) stepped[static_cast<size_t>(i)] = 0;
+      }
+    } else {
+      Step(static_cast<int32_t>(id));
+    }
     std::lock_guard lock(mu_);
     AdmitLocked();
   }
-  // Then one token for every decoding lane, the lanes that have just sampled their first token too.
+  // Then one token for every decoding lane that has not stepped beside a chunk, the lanes that have
+  // just sampled their first token too.
   std::vector<int32_t> decoding;
   for (size_t i = 0; i < n; ++i) {
-    if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate) decoding.push_back(static_cast<int32_t>(i));
+    if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate && !has_stepped(i)) decoding.push_back(static_cast<int32_t>(i));
   }
   for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
 }
@@ -738,7 +792,7 @@ size_t Scheduler::PrefillRowsNow(const Lane* lane) const {
   return *rows;
 }
 
-void Scheduler::PrefillChunk(int32_t id) {
+std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t> decoding) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   const std::vector<Token>& prompt = job.prompt().tokens;
@@ -748,22 +802,48 @@ void Scheduler::PrefillChunk(int32_t id) {
       batches_cut_.fetch_add(1);
     }
   }
+  // Room in the ubatch for the decoding lanes' rows: a longer batch is cut where it can be (in
+  // the one-row class every size is one class), and its rest goes into a later turn's step.
+  const size_t n_ubatch = engine_->context().options().n_ubatch;
+  if (!decoding.empty() && n_ubatch >= decoding.size() + kMinPrefillPiece &&
+      lane.chunk_ends[lane.next_chunk] - lane.pos > n_ubatch - decoding.size()) {
+    if (std::optional<std::vector<size_t>> ends = cache_->CutBatch(id, lane.pos, n_ubatch - decoding.size())) {
+      lane.chunk_ends = std::move(*ends);
+    }
+  }
   const size_t end = lane.chunk_ends[lane.next_chunk];
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
+  std::vector<int32_t> stepping;
+  std::vector<runtime::Engine::DecodeStepIn> steps;
+  if (!decoding.empty() && chunk.size() + decoding.size() <= n_ubatch) {
+    steps = StepsOf(decoding, stepping);
+  }
+  std::optional<StatusOr<std::vector<std::vector<float>>>> step_logits;  // set when lanes stepped beside
   const Clock::time_point chunk_start = Clock::now();
-  if (end == prompt.size()) {
+  if (!steps.empty()) {
+    auto r = engine_->DecodeStepWithChunk(steps, {id, chunk, static_cast<int32_t>(lane.pos), end == prompt.size()});
+    if (!r.ok()) {
+      FinishLane(id, "", FromStatus(r.status()));
+      AfterSteps(stepping, r.status());
+      return stepping;
+    }
+    steps_with_chunk_.fetch_add(1);
+    if (end == prompt.size()) lane.logits = std::move(r->chunk);
+    step_logits = std::move(r->steps);
+  } else if (end == prompt.size()) {
     auto logits = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));
     if (!logits.ok()) {
       FinishLane(id, "", FromStatus(logits.status()));
-      return;
+      return {};
     }
     lane.logits = std::move(*logits);
   } else if (absl::Status s = engine_->Prefill(id, chunk, static_cast<int32_t>(lane.pos)); !s.ok()) {
     // Only the last chunk's logits are read: the others skip the output projection.
     FinishLane(id, "", FromStatus(s));
-    return;
+    return {};
   }
-  prefill_row_cost_.Add(MsBetween(chunk_start, Clock::now()), static_cast<double>(chunk.size()));
+  // A step beside the chunk counts its decode rows as prompt rows: each costs about as much there.
+  prefill_row_cost_.Add(MsBetween(chunk_start, Clock::now()), static_cast<double>(chunk.size() + steps.size()));
   prefill_row_ms_.store(prefill_row_cost_.per_unit());
   lane.pos = end;
   ++lane.next_chunk;
@@ -777,6 +857,8 @@ void Scheduler::PrefillChunk(int32_t id) {
     lane.phase = Phase::kGenerate;
     EmitToken(id);
   }
+  if (step_logits) AfterSteps(stepping, std::move(*step_logits));
+  return stepping;
 }
 
 void Scheduler::EmitToken(int32_t id) {
@@ -834,21 +916,18 @@ void Scheduler::Generate(int32_t id) {
   EmitToken(id);
 }
 
-void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
+std::vector<runtime::Engine::DecodeStepIn> Scheduler::StepsOf(std::span<const int32_t> ids, std::vector<int32_t>& stepping) {
   std::vector<runtime::Engine::DecodeStepIn> steps;
-  std::vector<int32_t> stepping;
   for (int32_t id : ids) {
     if (FinishIfCancelled(id)) continue;
     const Lane& lane = lanes_[id];
     steps.push_back({id, lane.next_token, static_cast<int32_t>(lane.pos)});
     stepping.push_back(id);
   }
-  if (steps.empty()) return;
-  const Clock::time_point step_start = Clock::now();
-  auto logits = engine_->DecodeStep(steps);
-  decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), static_cast<double>(steps.size()));
-  decode_lane_ms_.store(decode_lane_cost_.per_unit());
-  if (logits.ok() && steps.size() >= 2) steps_together_.fetch_add(1);
+  return steps;
+}
+
+void Scheduler::AfterSteps(std::span<const int32_t> stepping, StatusOr<std::vector<std::vector<float>>> logits) {
   for (size_t i = 0; i < stepping.size(); ++i) {
     Lane& lane = lanes_[stepping[i]];
     if (!logits.ok()) {
@@ -860,6 +939,18 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
     ++lane.pos;
     EmitToken(stepping[i]);
   }
+}
+
+void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
+  std::vector<int32_t> stepping;
+  const std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(ids, stepping);
+  if (steps.empty()) return;
+  const Clock::time_point step_start = Clock::now();
+  auto logits = engine_->DecodeStep(steps);
+  decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), static_cast<double>(steps.size()));
+  decode_lane_ms_.store(decode_lane_cost_.per_unit());
+  if (logits.ok() && steps.size() >= 2) steps_together_.fetch_add(1);
+  AfterSteps(stepping, std::move(logits));
 }
 
 lane_cache::NextTurnFn Scheduler::NextTurn(const Lane& lane, bool completed) const {

@@ -34,7 +34,12 @@
 // a job that arrives meanwhile is admitted, restored and ordered among them after each chunk),
 // then steps every decoding lane once: between two decode steps there is about one chunk of
 // prefill (plus the turn's restores, cache clears and record exports), as in chunked-prefill
-// schedulers with a token budget.
+// schedulers with a token budget. With mixed steps (--mixed-steps, on by default where the engine
+// can: the one-row class, the patch series' ragged split, an attention-only model; and the startup
+// check passes) a decoding lane steps in the first of the turn's chunks with room for it in its
+// ubatch, in that chunk's llama_decode (Engine::DecodeStepWithChunk: one graph, each lane's rows
+// computed as alone), and the turn's closing decode step takes only the lanes that have not
+// stepped; a step and a chunk then read the weights once. Hybrids step apart from chunks.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
@@ -153,6 +158,10 @@ class Scheduler {
   void DecideOneRowClass();
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
   void DecideLaneBatching();
+  // Whether decoding lanes step in a prompt chunk's llama_decode (sets mixed_steps_): with lanes
+  // together, --mixed-steps on, an engine that can (Engine::CanStepWithChunk) and the startup
+  // check passing (certify::CheckStepWithChunk).
+  void DecideMixedSteps();
   // Why lanes cannot step together in the batch classes now in force ("" when they can): too many
   // rows for a ubatch, recurrent state with pad rows, or certify::CheckLaneBatching failing (its
   // report goes to lane_batching_json_["check"]).
@@ -188,13 +197,21 @@ class Scheduler {
   // What is left of the lane's --ttft-slo-ms at `now` (below 0: past it).
   double TtftLeftMs(const Lane& lane, Clock::time_point now) const;
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
-  // (LaneCache::CutBatch).
-  void PrefillChunk(int32_t lane_id);
+  // (LaneCache::CutBatch). With `decoding` (lanes in Phase::kGenerate, mixed steps on), their
+  // tokens go into the chunk's llama_decode (Engine::DecodeStepWithChunk) where chunk and steps fit
+  // a ubatch; returns the lanes that stepped so (emitted, finished or failed like GenerateTogether's).
+  std::vector<int32_t> PrefillChunk(int32_t lane_id, std::span<const int32_t> decoding = {});
   // Decodes the lane's next_token and emits the token after it.
   void Generate(int32_t lane_id);
   // Generate for every lane in `lane_ids` (all in Phase::kGenerate) with one Engine::DecodeStep (a
   // group of DecodeGroups).
   void GenerateTogether(std::span<const int32_t> lane_ids);
+  // The step of each lane in `lane_ids` that is still there (a lane whose client went away is
+  // freed), its id appended to `stepping`.
+  std::vector<runtime::Engine::DecodeStepIn> StepsOf(std::span<const int32_t> lane_ids, std::vector<int32_t>& stepping);
+  // Takes each stepping lane's logits (in order) and emits its token, or finishes every one of
+  // them with the error.
+  void AfterSteps(std::span<const int32_t> stepping, StatusOr<std::vector<std::vector<float>>> logits);
   // Runs when the lane's logits are new (last prefill chunk, decoded-result hit, decode): samples,
   // streams the token, finishes the lane when it is done, else keeps the token as next_token.
   void EmitToken(int32_t lane_id);
@@ -223,6 +240,9 @@ class Scheduler {
   nlohmann::json one_row_class_json_;  // the class and why (CacheStats "one_row_class"); set by Load
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
+  bool mixed_steps_ = false;  // decoding lanes step beside prompt chunks (see above)
+  nlohmann::json mixed_steps_json_;  // why (CacheStats "mixed_steps"); set by Load
+  std::atomic<uint64_t> steps_with_chunk_{0};  // DecodeStepWithChunk calls
   std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
   // A job waits for another lane's prefill only when that saves it at least this many tokens.
   static constexpr size_t kMinSharedPrefill = 64;

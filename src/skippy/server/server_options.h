@@ -42,6 +42,9 @@ struct ServerOptions {
   // --lane-groups: with lane batching, how the decoding lanes of a round are split into steps:
   // "measured" (by what a step of k lanes cost at load, DecodeGroups) or "all" (one step).
   bool lane_groups_measured = true;
+  // --mixed-steps on|off: with lanes together, decoding lanes step in a prompt chunk's llama_decode
+  // (one graph: Engine::DecodeStepWithChunk) where the engine can and the startup check passes.
+  bool mixed_steps = true;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
