@@ -6,6 +6,12 @@
 //   skippy-correctness batch-split --model FILE [--flash-attn on|off] [--min-batch N] [--report-out FILE]
 //       prefills the same tokens under several batch cuts (every batch >= N rows, default
 //       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
+//   skippy-correctness step-with-chunk --model FILE [--flash-attn on|off] [--time-rounds N] [--report-out FILE]
+//       the check that a prompt chunk and decode steps of other lanes in one llama_decode give every
+//       row its bits alone (certify::CheckStepWithChunk, needs the one-row class: it is switched
+//       on), and with --time-rounds N > 0 what that one graph costs against a chunk and a step as
+//       two llama_decode calls (chunks of 32, 128 and 384 rows beside 1 and 3 lanes, N alternating
+//       rounds, medians).
 //   skippy-correctness --no-batch-invariant ...  runs either on llama.cpp's stock matrix kernels
 //       (runtime/llama_backend.h), to show what the batch-invariant patch changes.
 //   skippy-correctness --one-row-class ...  with the patch series' one-row class on as well (a lone
@@ -13,14 +19,18 @@
 //
 // Exit codes: 0 pass, 1 mismatch (exit 0 with --allow-mismatch), 2 bad input, 3 family disabled or
 // payload refused by policy (not certified), 4 internal error.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <vector>
 #include <iostream>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "nlohmann/json.hpp"
 #include "skippy/certify/batch_split.h"
+#include "skippy/certify/lane_batching.h"
 #include "skippy/certify/state_handoff.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/runtime/llama_backend.h"
@@ -111,6 +121,111 @@ int RunBatchSplit(const BatchSplitArgs& a) {
   return r->pass ? kExitPass : kExitMismatch;
 }
 
+using StatusOrJson = skippy::StatusOr<nlohmann::json>;
+
+struct StepWithChunkArgs {
+  std::string model_path;
+  std::string flash_attn = "on";
+  int threads = 2;
+  uint32_t batch_size = 512;
+  int time_rounds = 5;
+  std::string report_out;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// One graph against two: a chunk into lane 0 (400 tokens in it) beside a step of lanes 1..k (400
+// each), as DecodeStepWithChunk, against Prefill of the chunk then DecodeStep of the lanes;
+// alternating which comes first, every lane cut back after each.
+StatusOrJson TimeStepWithChunk(skippy::runtime::Engine& e, int rounds) {
+  using skippy::runtime::Engine;
+  using Clock = std::chrono::steady_clock;
+  auto tokens = skippy::certify::BenchmarkTokens(e.model(), "Step with a chunk: what one graph saves.", 800);
+  if (!tokens.ok()) return tokens.status();
+  const int32_t held = 400;
+  for (int32_t l = 0; l < 4; ++l) {
+    if (auto st = e.Prefill(l, std::span(*tokens).first(held), 0); !st.ok()) return st;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t chunk_rows : {32, 128, 384}) {
+    for (int32_t k : {1, 3}) {
+      const std::span<const skippy::runtime::Token> chunk = std::span(*tokens).subspan(held, chunk_rows);
+      std::vector<Engine::DecodeStepIn> steps;
+      for (int32_t l = 1; l <= k; ++l) steps.push_back({l, (*tokens)[1], held});
+      std::vector<double> two, one;
+      for (int r = 0; r < 2 * rounds; ++r) {
+        const auto t0 = Clock::now();
+        const bool as_one = (r % 2 == 1) == ((r / 2) % 2 == 0);
+        if (as_one) {
+          auto out = e.DecodeStepWithChunk(steps, {0, chunk, held, false});
+          if (!out.ok()) return out.status();
+        } else {
+          if (auto st = e.Prefill(0, chunk, held); !st.ok()) return st;
+          auto out = e.DecodeStep(steps);
+          if (!out.ok()) return out.status();
+        }
+        (as_one ? one : two).push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        for (int32_t l = 0; l <= k; ++l) {
+          if (auto st = e.Truncate(l, held); !st.ok()) return st;
+        }
+      }
+      const double a = Median(two), b = Median(one);
+      rows.push_back({{"chunk_rows", chunk_rows}, {"lanes_stepping", k}, {"two_calls_ms", a}, {"one_graph_ms", b},
+                      {"saved", a > 0 ? 1.0 - b / a : 0.0}, {"rounds", rounds}});
+    }
+  }
+  return rows;
+}
+
+int RunStepWithChunk(const StepWithChunkArgs& a) {
+  if (!skippy::runtime::OneRowClass()) {
+    std::fprintf(stderr, "skippy-correctness: step-with-chunk needs the one-row class (this build or --no-batch-invariant)\n");
+    return kExitBadInput;
+  }
+  skippy::runtime::EngineOptions eo;
+  eo.model_path = a.model_path;
+  eo.context.n_ctx = 4 * 1024;
+  eo.context.n_batch = eo.context.n_ubatch = a.batch_size;
+  eo.context.n_threads = a.threads;
+  eo.context.flash_attn = a.flash_attn == "on";
+  eo.context.kv_unified = false;  // the server's layout: one stream per lane
+  eo.context.swa_full = true;
+  eo.lane_count = 4;
+  eo.cache_seq_count = 0;
+  auto engine = skippy::runtime::Engine::Open(eo);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "skippy-correctness: %s\n", engine.status().ToString().c_str());
+    return ExitCodeFor(engine.status());
+  }
+  auto r = skippy::certify::CheckStepWithChunk(**engine, 0, 1, 2);
+  if (!r.ok()) {
+    std::fprintf(stderr, "skippy-correctness: %s\n", r.status().ToString().c_str());
+    return ExitCodeFor(r.status());
+  }
+  nlohmann::json report = r->ToJson();
+  report["mode"] = "step-with-chunk";
+  report["model"] = a.model_path;
+  report["family_key"] = (*engine)->family().family_key;
+  report["flash_attn"] = a.flash_attn == "on";
+  report["threads"] = a.threads;
+  report["batch_size"] = a.batch_size;
+  if (a.time_rounds > 0) {
+    auto t = TimeStepWithChunk(**engine, a.time_rounds);
+    if (!t.ok()) {
+      std::fprintf(stderr, "skippy-correctness: %s\n", t.status().ToString().c_str());
+      return ExitCodeFor(t.status());
+    }
+    report["timing"] = *t;
+  }
+  if (!WriteReport(report, a.report_out)) return kExitInternal;
+  std::fprintf(stderr, "[step-with-chunk] %s flash_attn=%s %s\n", report["family_key"].get<std::string>().c_str(),
+               a.flash_attn.c_str(), r->pass ? "pass" : "MISMATCH");
+  return r->pass ? kExitPass : kExitMismatch;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,6 +280,16 @@ int main(int argc, char** argv) {
   bsc->add_option("--min-batch", bs.min_batch, "smallest batch a cut uses (default: the runtime's rule, 64 on / 2 off)");
   bsc->add_option("--n-gpu-layers", bs.n_gpu_layers, "layers to offload (a GPU build of llama.cpp)")->capture_default_str();
   bsc->add_option("--report-out", bs.report_out, "write the JSON report here (default: stdout)");
+  StepWithChunkArgs sw;
+  CLI::App* swc = app.add_subcommand(
+      "step-with-chunk", "are a chunk's and other lanes' steps the same bits in one llama_decode? (and its cost)");
+  swc->add_option("--model", sw.model_path, "GGUF model file")->required();
+  swc->add_option("--flash-attn", sw.flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+  swc->add_option("--threads", sw.threads, "CPU threads")->capture_default_str();
+  swc->add_option("--batch-size", sw.batch_size, "n_batch = n_ubatch")->capture_default_str();
+  swc->add_option("--time-rounds", sw.time_rounds, "timing rounds per shape (0: the check only)")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
+  swc->add_option("--report-out", sw.report_out, "write the JSON report here (default: stdout)");
   int32_t layer_end = -1, state_layer_start = -1, state_layer_end = -1, state_stage_index = -1;
   sh->add_option("--layer-end", layer_end, "stage layer end (whole model only)");
   sh->add_option("--state-layer-start", state_layer_start, "state layer start (whole model only)");
@@ -184,6 +309,10 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   if (*bsc) return RunBatchSplit(bs);
+  if (*swc) {
+    if (!stock_kernels) skippy::runtime::SetOneRowClass(true);
+    return RunStepWithChunk(sw);
+  }
   o.flash_attn = flash_attn == "on";
   if (layer_end >= 0) o.layer_end = layer_end;
   if (state_layer_start >= 0) o.state_layer_start = state_layer_start;
