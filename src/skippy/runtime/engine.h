@@ -153,9 +153,9 @@ class Engine {
   // llama_decode computed as one graph (a continuous-batching step): the patch series' ragged
   // split (ScopedRaggedSplit, llama_backend.h) computes each lane's run of rows as in a ubatch of
   // its own, and the one-row class makes every batch size one class, so every row comes out as
-  // Decode, Prefill or DecodeStep compute it alone (tests/runtime MixedSteps). Saves a pass over
-  // the weights per step: 14-19% of a step of a 32-row chunk and 1-3 tokens on bench Llama
-  // (docs/evidence/mixed-steps/).
+  // Decode, Prefill or DecodeStep compute it alone (tests/runtime MixedSteps). Saves the step's
+  // pass over the weights: 5-14% of a 32-row chunk and 1-3 tokens on bench Llama, little with
+  // chunks of 128+ rows (docs/evidence/mixed-steps/).
   // The chunk is written at [chunk.pos, chunk.pos + size) and its last row's logits are returned
   // when chunk.logits is set (Decode), none otherwise (Prefill); each stepping lane then holds
   // pos + 1 tokens, its logits returned in order.

@@ -802,22 +802,14 @@ std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t
       batches_cut_.fetch_add(1);
     }
   }
-  // Room in the ubatch for the decoding lanes' rows: a longer batch is cut where it can be (in
-  // the one-row class every size is one class), and its rest goes into a later turn's step.
-  const size_t n_ubatch = engine_->context().options().n_ubatch;
-  if (!decoding.empty() && n_ubatch >= decoding.size() + kMinPrefillPiece &&
-      lane.chunk_ends[lane.next_chunk] - lane.pos > n_ubatch - decoding.size()) {
-    if (std::optional<std::vector<size_t>> ends = cache_->CutBatch(id, lane.pos, n_ubatch - decoding.size())) {
-      lane.chunk_ends = std::move(*ends);
-    }
-  }
   const size_t end = lane.chunk_ends[lane.next_chunk];
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
+  // As many decoding lanes as the ubatch has room for beside the chunk (the chunk is not cut for
+  // them: its rest would wait a turn, and with it a first token).
+  const size_t n_ubatch = engine_->context().options().n_ubatch;
+  const size_t room = n_ubatch > chunk.size() ? n_ubatch - chunk.size() : 0;
   std::vector<int32_t> stepping;
-  std::vector<runtime::Engine::DecodeStepIn> steps;
-  if (!decoding.empty() && chunk.size() + decoding.size() <= n_ubatch) {
-    steps = StepsOf(decoding, stepping);
-  }
+  std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(decoding.first(std::min(room, decoding.size())), stepping);
   std::optional<StatusOr<std::vector<std::vector<float>>>> step_logits;  // set when lanes stepped beside
   const Clock::time_point chunk_start = Clock::now();
   if (!steps.empty()) {
