@@ -423,14 +423,15 @@ TEST(TpotSlo, PrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCutsChan
 
 TEST(TpotSlo, HybridPrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCutsChangeNoAnswer("qwen3next"); }
 
-// Mixed steps (--mixed-steps, on by default with lanes together on an attention-only model): three
+// Mixed steps (--mixed-steps on, with lanes together on an attention-only model): three
 // lanes decode 200 tokens each while a 1,200-word prompt arriving 50 ms later is prefilled beside
 // them, so its chunks carry their tokens (Engine::DecodeStepWithChunk, one graph). Every answer's
 // tokens and log-probabilities equal a --no-cache server's asked one at a time, on a --no-cache
 // and a cache-on server, for dense, sliding-window and MLA families.
 void ExpectMixedStepsChangeNoAnswer(const std::string& family) {
   SCOPED_TRACE(family);
-  const std::vector<std::string> layout = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching"};
+  const std::vector<std::string> layout = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching",
+                                           "--mixed-steps", "on"};
   std::vector<std::string> off_flags = layout;
   off_flags.push_back("--no-cache");
   auto on = ServerProcess::Start(family, layout, "mixed-on");
@@ -471,11 +472,11 @@ TEST(MixedSteps, AnAnswerDoesNotDependOnTheChunkBesideIt) {
 }
 
 // A hybrid's decoding lanes step apart from prompt chunks (its recurrent ops need equal runs), and
-// --mixed-steps=off keeps a dense model's apart too; /cache/stats says why.
-TEST(MixedSteps, HybridsAndTheSwitchKeepStepsApart) {
-  auto hybrid = ServerProcess::Start("qwen3next", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"}, "mixed-hybrid");
-  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching", "--mixed-steps",
-                                            "off"}, "mixed-switch-off");
+// a dense model's do by default (--mixed-steps off); /cache/stats says why.
+TEST(MixedSteps, HybridsAndTheDefaultKeepStepsApart) {
+  auto hybrid = ServerProcess::Start("qwen3next", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching",
+                                                   "--mixed-steps", "on"}, "mixed-hybrid");
+  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"}, "mixed-default");
   ASSERT_TRUE(hybrid && off);
   const json h = json::parse(hybrid->Client()->Get("/cache/stats")->body);
   EXPECT_TRUE(h["lane_batching"].value("on", false)) << h.dump();
@@ -483,7 +484,7 @@ TEST(MixedSteps, HybridsAndTheSwitchKeepStepsApart) {
   EXPECT_NE(h["mixed_steps"].value("reason", std::string()).find("recurrent"), std::string::npos) << h["mixed_steps"].dump();
   const json o = json::parse(off->Client()->Get("/cache/stats")->body);
   EXPECT_FALSE(o["mixed_steps"].value("on", true)) << o["mixed_steps"].dump();
-  EXPECT_EQ(o["mixed_steps"].value("reason", std::string()), "off (--mixed-steps=off)");
+  EXPECT_EQ(o["mixed_steps"].value("reason", std::string()), "off (--mixed-steps off, the default)");
 }
 
 // By default the decoding lanes step in the groups that measured cheapest at startup

@@ -82,11 +82,12 @@ int main(int argc, char** argv) {
                  "with --lane-batching, which decoding lanes step together: measured (the split whose steps, of "
                  "k lanes each, measured cheapest at startup) or all (every decoding lane in one step)")
       ->capture_default_str()->check(CLI::IsMember({"measured", "all"}));
-  std::string mixed_steps = "on";
+  std::string mixed_steps = "off";
   app.add_option("--mixed-steps", mixed_steps,
                  "on | off. With lanes stepping together, decoding lanes step in the llama_decode of a prompt chunk "
-                 "(one graph reads the weights once for both; each lane's rows are computed as alone, proved at "
-                 "startup). Attention-only models with the one-row class; hybrids step apart from chunks")
+                 "that does not end its prompt (one graph reads the weights once for both; each lane's rows are "
+                 "computed as alone, proved at startup). Attention-only models with the one-row class; hybrids step "
+                 "apart from chunks. Off by default: neutral on the bench models measured so far")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   std::string one_row_class = "auto";
   app.add_flag("--one-row-class{on}", one_row_class,

@@ -393,7 +393,7 @@ void Scheduler::DecideMixedSteps() {
   mixed_steps_json_["mode"] = options_.mixed_steps ? "on" : "off";
   std::string why;
   if (!options_.mixed_steps) {
-    why = "off (--mixed-steps=off)";
+    why = "off (--mixed-steps off, the default)";
   } else if (!lane_batching_) {
     why = "lanes do not step together";
   } else if (!runtime::RaggedSplitAvailable()) {
@@ -805,9 +805,10 @@ std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t
   const size_t end = lane.chunk_ends[lane.next_chunk];
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
   // As many decoding lanes as the ubatch has room for beside the chunk (the chunk is not cut for
-  // them: its rest would wait a turn, and with it a first token).
+  // them: its rest would wait a turn, and with it a first token), and only beside a chunk that
+  // does not end its prompt: a first token due at the chunk's end would wait for their rows.
   const size_t n_ubatch = engine_->context().options().n_ubatch;
-  const size_t room = n_ubatch > chunk.size() ? n_ubatch - chunk.size() : 0;
+  const size_t room = end < prompt.size() && n_ubatch > chunk.size() ? n_ubatch - chunk.size() : 0;
   std::vector<int32_t> stepping;
   std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(decoding.first(std::min(room, decoding.size())), stepping);
   std::optional<StatusOr<std::vector<std::vector<float>>>> step_logits;  // set when lanes stepped beside

@@ -34,13 +34,15 @@
 // a job that arrives meanwhile is admitted, restored and ordered among them after each chunk),
 // then steps every decoding lane once: between two decode steps there is about one chunk of
 // prefill (plus the turn's restores, cache clears and record exports), as in chunked-prefill
-// schedulers with a token budget. With mixed steps (--mixed-steps, on by default where the engine
-// can: the one-row class, the patch series' ragged split, an attention-only model; and the startup
-// check passes) a decoding lane steps in the first of the turn's chunks with room for it in its
-// ubatch, in that chunk's llama_decode (Engine::DecodeStepWithChunk: one graph, each lane's rows
-// computed as alone), and the turn's closing decode step takes only the lanes that have not
-// stepped; a step and a chunk then read the weights once. A chunk is never cut to make room (its
-// rest would wait a turn). Hybrids step apart from chunks.
+// schedulers with a token budget. With mixed steps (--mixed-steps on, where the engine can: the
+// one-row class, the patch series' ragged split, an attention-only model; and the startup check
+// passes) a decoding lane steps in the first of the turn's chunks that does not end its
+// prompt and has room for it in its ubatch, in that chunk's llama_decode
+// (Engine::DecodeStepWithChunk: one graph, each lane's rows computed as alone), and the turn's
+// closing decode step takes only the lanes that have not stepped; a step and a chunk then read the
+// weights once. A chunk that ends its prompt carries no decode rows (its first token would wait
+// for them), and no chunk is cut to make room (its rest would wait a turn). Hybrids step apart
+// from chunks.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
@@ -198,10 +200,10 @@ class Scheduler {
   // What is left of the lane's --ttft-slo-ms at `now` (below 0: past it).
   double TtftLeftMs(const Lane& lane, Clock::time_point now) const;
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
-  // (LaneCache::CutBatch). With `decoding` (lanes in Phase::kGenerate, mixed steps on), the tokens
-  // of as many of them as the ubatch has room for beside the chunk go into the chunk's llama_decode
-  // (Engine::DecodeStepWithChunk); returns the lanes that stepped so (emitted, finished or failed
-  // like GenerateTogether's).
+  // (LaneCache::CutBatch). With `decoding` (lanes in Phase::kGenerate, mixed steps on) and a
+  // batch that does not end the prompt, the tokens of as many of them as the ubatch has room for
+  // beside it go into its llama_decode (Engine::DecodeStepWithChunk); returns the lanes that
+  // stepped so (emitted, finished or failed like GenerateTogether's).
   std::vector<int32_t> PrefillChunk(int32_t lane_id, std::span<const int32_t> decoding = {});
   // Decodes the lane's next_token and emits the token after it.
   void Generate(int32_t lane_id);

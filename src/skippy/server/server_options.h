@@ -44,7 +44,8 @@ struct ServerOptions {
   bool lane_groups_measured = true;
   // --mixed-steps on|off: with lanes together, decoding lanes step in a prompt chunk's llama_decode
   // (one graph: Engine::DecodeStepWithChunk) where the engine can and the startup check passes.
-  bool mixed_steps = true;
+  // Off by default: measured neutral on the bench models here (docs/evidence/mixed-steps/).
+  bool mixed_steps = false;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
