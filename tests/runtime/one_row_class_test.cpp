@@ -30,11 +30,7 @@ bool SwitchOn() { return skippy::runtime::SetOneRowClass(true) && skippy::runtim
   if (!SwitchOn()) GTEST_SKIP() << "this llama.cpp build has no one-row class (built without the patch series)"
 
 std::unique_ptr<Engine> Open(const std::string& path_or_family, bool flash_attn, uint32_t lanes) {
-  auto o = env::ServerLayout(path_or_family, flash_attn, lanes, /*n_ctx=*/1024 * lanes);
-  if (path_or_family.find('/') != std::string::npos) o.model_path = path_or_family;
-  auto e = Engine::Open(o);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? std::move(*e) : nullptr;
+  return env::OpenServerLayout(path_or_family, flash_attn, lanes);
 }
 
 void ExpectBatchSplitPassesWithOneRowBatches(const std::string& model) {

@@ -36,6 +36,16 @@ inline runtime::EngineOptions ServerLayout(std::string_view family, bool flash_a
   o.cache_seq_count = 0;
   return o;
 }
+// An engine in the server's layout on a zoo family (a key) or a GGUF (a path), 1024 cells per lane;
+// null, with a test failure, where it does not open.
+inline std::unique_ptr<runtime::Engine> OpenServerLayout(const std::string& path_or_family, bool flash_attn,
+                                                         uint32_t lanes) {
+  auto o = ServerLayout(path_or_family, flash_attn, lanes, /*n_ctx=*/1024 * lanes);
+  if (path_or_family.find('/') != std::string::npos) o.model_path = path_or_family;
+  auto e = runtime::Engine::Open(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
 inline std::string VocabDir() { return SKIPPY_TEST_VOCAB_DIR; }
 inline std::string CorrectnessBin() { return SKIPPY_TEST_CORRECTNESS_BIN; }
 

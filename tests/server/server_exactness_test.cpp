@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <chrono>
 #include <random>
 #include <thread>
@@ -361,6 +363,27 @@ TEST(LaneBatching, AnAnswerDoesNotDependOnTheRequestsBesideIt) { ExpectLanesStep
 
 TEST(LaneBatching, HybridLanesStepTogetherExactly) { ExpectLanesStepExactly("qwen3next"); }
 
+// Three requests that decode 200 tokens each and, 50 ms after them, one whose 1,200-word prompt
+// is prefilled while they decode (a seed per server test); then each answer's tokens and
+// log-probabilities must equal `alone`'s (the same requests asked one at a time).
+std::array<json, 4> DecodingLanesBesideALongPrompt(int seed) {
+  return {json{{"prompt", Words(seed + 1, 12)}, {"n_predict", 200}}, json{{"prompt", Words(seed + 2, 40)}, {"n_predict", 200}},
+          json{{"prompt", Words(seed + 3, 25)}, {"n_predict", 200}}, json{{"prompt", Words(seed + 4, 1200)}, {"n_predict", 8}}};
+}
+void ExpectTheLongPromptBesideChangesNoAnswer(ServerProcess& server, const std::array<json, 4>& reqs,
+                                             const std::array<json, 4>& alone) {
+  std::array<json, 4> together;
+  std::vector<std::thread> decoding;
+  for (int i = 0; i < 3; ++i) decoding.emplace_back([&, i] { together[i] = AskGreedy(server, reqs[i]); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  together[3] = AskGreedy(server, reqs[3]);
+  for (std::thread& t : decoding) t.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
+    EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
+  }
+}
+
 // --tpot-slo-ms set to what a decode step of four lanes and 150 prefill rows took on a probe server
 // (its /cache/stats "slo" costs). Three lanes decode 200 tokens each; 50 ms after they were sent, a
 // 1,200-word prompt (batches of about 500 rows) arrives and is prefilled beside them, cut into
@@ -396,24 +419,12 @@ void ExpectTpotCutsChangeNoAnswer(const std::string& family) {
   auto on = ServerProcess::Start(family, flags, "slo-on");
   auto off = ServerProcess::Start(family, off_flags, "slo-off");
   ASSERT_TRUE(on && off);
-  const json reqs[4] = {{{"prompt", Words(31, 12)}, {"n_predict", 200}},
-                        {{"prompt", Words(32, 40)}, {"n_predict", 200}},
-                        {{"prompt", Words(33, 25)}, {"n_predict", 200}},
-                        {{"prompt", Words(34, 1200)}, {"n_predict", 8}}};
-  json alone[4];
+  const std::array<json, 4> reqs = DecodingLanesBesideALongPrompt(30);
+  std::array<json, 4> alone;
   for (int i = 0; i < 4; ++i) alone[i] = AskGreedy(*off, reqs[i]);
   int batches_cut = 0;
   for (ServerProcess* server : {off.get(), on.get()}) {
-    json together[4];
-    std::vector<std::thread> decoding;
-    for (int i = 0; i < 3; ++i) decoding.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    together[3] = AskGreedy(*server, reqs[3]);
-    for (std::thread& t : decoding) t.join();
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
-      EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
-    }
+    ExpectTheLongPromptBesideChangesNoAnswer(*server, reqs, alone);
     batches_cut += json::parse(server->Client()->Get("/cache/stats")->body)["slo"].value("batches_cut", 0);
   }
   EXPECT_GT(batches_cut, 0) << "no prefill was cut for the decoding lanes on either server";
@@ -443,25 +454,13 @@ void ExpectMixedStepsChangeNoAnswer(const std::string& family) {
     ASSERT_TRUE(mixed.value("on", false)) << mixed.dump();
     EXPECT_TRUE(mixed["check"].value("pass", false)) << mixed.dump();
   }
-  const json reqs[4] = {{{"prompt", Words(41, 12)}, {"n_predict", 200}},
-                        {{"prompt", Words(42, 40)}, {"n_predict", 200}},
-                        {{"prompt", Words(43, 25)}, {"n_predict", 200}},
-                        {{"prompt", Words(44, 1200)}, {"n_predict", 8}}};
-  json alone[4];
+  const std::array<json, 4> reqs = DecodingLanesBesideALongPrompt(40);
+  std::array<json, 4> alone;
   for (int i = 0; i < 4; ++i) alone[i] = AskGreedy(*off, reqs[i]);
   for (ServerProcess* server : {off.get(), on.get()}) {
     // Tiny models decode 200 tokens in a fraction of a second: try again if the prompt missed them.
     for (int attempt = 0; attempt < 5 && stats(*server)["mixed_steps"].value("steps_with_chunk", 0) == 0; ++attempt) {
-      json together[4];
-      std::vector<std::thread> decoding;
-      for (int i = 0; i < 3; ++i) decoding.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      together[3] = AskGreedy(*server, reqs[3]);
-      for (std::thread& t : decoding) t.join();
-      for (int i = 0; i < 4; ++i) {
-        EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
-        EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
-      }
+      ExpectTheLongPromptBesideChangesNoAnswer(*server, reqs, alone);
     }
     EXPECT_GT(stats(*server)["mixed_steps"].value("steps_with_chunk", 0), 0) << "no lane stepped beside a chunk";
   }

@@ -80,17 +80,24 @@ struct BatchSplitArgs {
   std::string report_out;
 };
 
-int RunBatchSplit(const BatchSplitArgs& a) {
+// skippy-server's layout: one KV stream per lane, full-size sliding-window layers, 1024 cells a lane.
+skippy::runtime::EngineOptions ServerLayout(const std::string& model, const std::string& flash_attn, int threads,
+                                            uint32_t batch_size, uint32_t lanes) {
   skippy::runtime::EngineOptions eo;
-  eo.model_path = a.model_path;
-  eo.context.n_ctx = 1024;
-  eo.context.n_batch = eo.context.n_ubatch = a.batch_size;
-  eo.context.n_threads = a.threads;
-  eo.context.flash_attn = a.flash_attn == "on";
-  eo.context.kv_unified = false;  // the server's layout: one stream per lane
+  eo.model_path = model;
+  eo.context.n_ctx = 1024 * lanes;
+  eo.context.n_batch = eo.context.n_ubatch = batch_size;
+  eo.context.n_threads = threads;
+  eo.context.flash_attn = flash_attn == "on";
+  eo.context.kv_unified = false;
   eo.context.swa_full = true;
-  eo.lane_count = 1;
+  eo.lane_count = lanes;
   eo.cache_seq_count = 0;
+  return eo;
+}
+
+int RunBatchSplit(const BatchSplitArgs& a) {
+  skippy::runtime::EngineOptions eo = ServerLayout(a.model_path, a.flash_attn, a.threads, a.batch_size, 1);
   eo.n_gpu_layers = a.n_gpu_layers;
   auto engine = skippy::runtime::Engine::Open(eo);
   if (!engine.ok()) {
@@ -185,17 +192,7 @@ int RunStepWithChunk(const StepWithChunkArgs& a) {
     std::fprintf(stderr, "skippy-correctness: step-with-chunk needs the one-row class (this build or --no-batch-invariant)\n");
     return kExitBadInput;
   }
-  skippy::runtime::EngineOptions eo;
-  eo.model_path = a.model_path;
-  eo.context.n_ctx = 4 * 1024;
-  eo.context.n_batch = eo.context.n_ubatch = a.batch_size;
-  eo.context.n_threads = a.threads;
-  eo.context.flash_attn = a.flash_attn == "on";
-  eo.context.kv_unified = false;  // the server's layout: one stream per lane
-  eo.context.swa_full = true;
-  eo.lane_count = 4;
-  eo.cache_seq_count = 0;
-  auto engine = skippy::runtime::Engine::Open(eo);
+  auto engine = skippy::runtime::Engine::Open(ServerLayout(a.model_path, a.flash_attn, a.threads, a.batch_size, 4));
   if (!engine.ok()) {
     std::fprintf(stderr, "skippy-correctness: %s\n", engine.status().ToString().c_str());
     return ExitCodeFor(engine.status());
