@@ -1,7 +1,7 @@
 // Steps with a prompt chunk (Engine::DecodeStepWithChunk): a prompt chunk of one lane and the
 // generated tokens of others in one llama_decode, one graph through the patch series' ragged split.
 // Every row must come out as it does alone: the chunk's last logits as Decode's, each lane's step
-// as DecodeStep's alone, and the KV they write as the KV written alone (the next step shows it);
+// as DecodeStep's alone, each lane's exported state byte for byte, and the next step's logits;
 // on dense, sliding-window and MLA families, F16 and Q4_K_M, flash attention on and off. Each test
 // switches the one-row class on before its first model (process-wide; ctest runs each test in a
 // process of its own).
@@ -66,6 +66,12 @@ void ExpectEveryRowAsAlone(const std::string& model) {
         ASSERT_TRUE(one.ok()) << one.status();
         steps_alone.push_back((*one)[0]);
       }
+      std::vector<std::vector<uint8_t>> state_alone;
+      for (int32_t l = 0; l < 4; ++l) {
+        auto bytes = e->ExportResident(l);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        state_alone.push_back(std::move(*bytes));
+      }
       std::vector<Engine::DecodeStepIn> next;
       for (int32_t l = 0; l < 4; ++l) next.push_back({l, tokens[7], e->SequenceLength(l)});
       auto next_alone = e->DecodeStep(next);
@@ -79,7 +85,12 @@ void ExpectEveryRowAsAlone(const std::string& model) {
       for (size_t i = 0; i < steps.size(); ++i) {
         EXPECT_TRUE(env::SameBytes(mixed->steps[i], steps_alone[i])) << "lane " << steps[i].lane << "'s step differs";
       }
-      for (int32_t l = 0; l < 4; ++l) EXPECT_EQ(e->SequenceLength(l), next[static_cast<size_t>(l)].pos);
+      for (int32_t l = 0; l < 4; ++l) {
+        EXPECT_EQ(e->SequenceLength(l), next[static_cast<size_t>(l)].pos);
+        auto bytes = e->ExportResident(l);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        EXPECT_TRUE(*bytes == state_alone[static_cast<size_t>(l)]) << "lane " << l << "'s exported state differs";
+      }
       auto next_mixed = e->DecodeStep(next);
       ASSERT_TRUE(next_mixed.ok()) << next_mixed.status();
       for (size_t l = 0; l < 4; ++l) {
@@ -99,7 +110,7 @@ TEST(MixedSteps, EveryRowIsComputedAsAlone) {
 
 TEST(MixedSteps, EveryRowIsComputedAsAloneOnQuantizedWeights) {
   REQUIRE_STEPS_WITH_CHUNKS();
-  for (const char* model : {"llama.Q4_K_M", "deepseek2.Q4_K_M"}) {
+  for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M"}) {
     ExpectEveryRowAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
   }
 }

@@ -61,7 +61,7 @@ struct StepWithChunkReport {
 };
 
 // FailedPrecondition when the engine cannot step lanes beside a chunk (Engine::CanStepWithChunk),
-// a == b, or the lanes hold fewer than 64 cells; otherwise fails only when the engine does.
+// two lanes the same, or the lanes hold fewer than 64 cells; otherwise fails only when the engine does.
 // `c` < 0: two lanes only.
 StatusOr<StepWithChunkReport> CheckStepWithChunk(runtime::Engine& engine, int32_t a, int32_t b, int32_t c = -1);
 

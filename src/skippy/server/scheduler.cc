@@ -814,14 +814,14 @@ std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t
   std::optional<StatusOr<std::vector<std::vector<float>>>> step_logits;  // set when lanes stepped beside
   const Clock::time_point chunk_start = Clock::now();
   if (!steps.empty()) {
-    auto r = engine_->DecodeStepWithChunk(steps, {id, chunk, static_cast<int32_t>(lane.pos), end == prompt.size()});
+    // Never the prompt's last chunk (room is 0 there), so no logits of its own.
+    auto r = engine_->DecodeStepWithChunk(steps, {id, chunk, static_cast<int32_t>(lane.pos), false});
     if (!r.ok()) {
       FinishLane(id, "", FromStatus(r.status()));
       AfterSteps(stepping, r.status());
       return stepping;
     }
     steps_with_chunk_.fetch_add(1);
-    if (end == prompt.size()) lane.logits = std::move(r->chunk);
     step_logits = std::move(r->steps);
   } else if (end == prompt.size()) {
     auto logits = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));

@@ -6,7 +6,8 @@
 // first chunk is all of the prompt that a hit leaves, as a rule. A token is sampled and streamed
 // as soon as its logits exist (the first one right after the last prefill chunk) and decoded at
 // the lane's next step, so a first token does not wait for the other lanes once its prefill is
-// done. A prefill chunk is always a batch of its own lane.
+// done. A prefill chunk never holds another lane's prompt rows (with --mixed-steps on, other
+// lanes' decode rows may share its llama_decode, below).
 //
 // The one-row class (--one-row-class=auto, the default: DecideOneRowClass keeps it where a lone
 // decode step measured at load costs at most kLoneStepTolerance more in it, kLaneStepTolerance
