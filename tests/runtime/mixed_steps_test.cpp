@@ -1,5 +1,6 @@
-// Steps with a prompt chunk (Engine::DecodeStepWithChunk): a prompt chunk of one lane and the
-// generated tokens of others in one llama_decode, one graph through the patch series' ragged split.
+// One graph through the patch series' ragged split: steps with a prompt chunk
+// (Engine::DecodeStepWithChunk: a prompt chunk of one lane and the generated tokens of others in one
+// llama_decode) and steps of lanes whose ids do not follow each other (Engine::DecodeStep).
 // Every row must come out as it does alone: the chunk's last logits as Decode's, each lane's step
 // as DecodeStep's alone, each lane's exported state byte for byte, and the next step's logits;
 // on dense, sliding-window and MLA families, F16 and Q4_K_M, flash attention on and off. Each test
@@ -38,7 +39,7 @@ void ExpectEveryRowAsAlone(const std::string& model) {
     SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
     auto e = Open(model, fa, 4);
     ASSERT_NE(e, nullptr);
-    ASSERT_TRUE(e->CanStepWithChunk());
+    ASSERT_TRUE(e->CanStepRagged());
     const auto tokens = env::Tokens(*e, 400);
     const int32_t lengths[4] = {300, 37, 180, 5};
     struct Case {
@@ -115,6 +116,79 @@ TEST(MixedSteps, EveryRowIsComputedAsAloneOnQuantizedWeights) {
   }
 }
 
+// Five lanes of unequal lengths; steps of lanes apart ({0, 2}, {1, 3, 4}, {4, 0, 2} in that order,
+// {0, 1, 3}) against each lane's step alone; each lane's exported state, then a step of all lanes.
+// Then the startup check on lanes 0 and 2.
+void ExpectLanesApartAsAlone(const std::string& model) {
+  for (bool fa : {true, false}) {
+    SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
+    auto e = Open(model, fa, 5);
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->CanStepRagged());
+    const auto tokens = env::Tokens(*e, 400);
+    const int32_t lengths[5] = {300, 37, 180, 5, 260};
+    const std::vector<std::vector<int32_t>> cases = {{0, 2}, {1, 3, 4}, {4, 0, 2}, {0, 1, 3}};
+    for (const std::vector<int32_t>& lanes : cases) {
+      SCOPED_TRACE(StrCat("lanes ", lanes.front(), "..", lanes.back(), " (", lanes.size(), ")"));
+      for (int32_t l = 0; l < 5; ++l) {
+        ASSERT_TRUE(e->Clear(l).ok());
+        ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(static_cast<size_t>(lengths[l])), 0).ok());
+      }
+      std::vector<Engine::DecodeStepIn> steps;
+      for (int32_t l : lanes) steps.push_back({l, tokens[static_cast<size_t>(l) + 1], lengths[l]});
+      std::vector<std::vector<float>> alone;
+      for (const Engine::DecodeStepIn& s : steps) {
+        auto one = e->DecodeStep(std::span(&s, 1));
+        ASSERT_TRUE(one.ok()) << one.status();
+        alone.push_back((*one)[0]);
+      }
+      std::vector<std::vector<uint8_t>> state_alone;
+      for (int32_t l = 0; l < 5; ++l) {
+        auto bytes = e->ExportResident(l);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        state_alone.push_back(std::move(*bytes));
+      }
+      std::vector<Engine::DecodeStepIn> next;
+      for (int32_t l = 0; l < 5; ++l) next.push_back({l, tokens[7], e->SequenceLength(l)});
+      auto next_alone = e->DecodeStep(next);
+      ASSERT_TRUE(next_alone.ok()) << next_alone.status();
+      for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Truncate(l, lengths[l]).ok());
+      auto together = e->DecodeStep(steps);
+      ASSERT_TRUE(together.ok()) << together.status();
+      ASSERT_EQ(together->size(), steps.size());
+      for (size_t i = 0; i < steps.size(); ++i) {
+        EXPECT_TRUE(env::SameBytes((*together)[i], alone[i])) << "lane " << steps[i].lane << "'s step differs";
+      }
+      for (int32_t l = 0; l < 5; ++l) {
+        EXPECT_EQ(e->SequenceLength(l), next[static_cast<size_t>(l)].pos);
+        auto bytes = e->ExportResident(l);
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        EXPECT_TRUE(*bytes == state_alone[static_cast<size_t>(l)]) << "lane " << l << "'s exported state differs";
+      }
+      auto next_together = e->DecodeStep(next);
+      ASSERT_TRUE(next_together.ok()) << next_together.status();
+      for (size_t l = 0; l < 5; ++l) {
+        EXPECT_TRUE(env::SameBytes((*next_together)[l], (*next_alone)[l])) << "lane " << l << "'s KV differs";
+      }
+    }
+    auto check = skippy::certify::CheckLaneBatching(*e, 0, 2);
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_TRUE(check->pass) << check->ToJson().dump();
+  }
+}
+
+TEST(RaggedSteps, LanesApartStepAsAlone) {
+  REQUIRE_STEPS_WITH_CHUNKS();
+  for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectLanesApartAsAlone(family);
+}
+
+TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
+  REQUIRE_STEPS_WITH_CHUNKS();
+  for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M"}) {
+    ExpectLanesApartAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
+  }
+}
+
 // Bad steps are refused before llama.cpp sees them, and leave every lane as it was.
 TEST(MixedSteps, RefusesWhatItCannotStep) {
   REQUIRE_STEPS_WITH_CHUNKS();
@@ -155,7 +229,7 @@ TEST(MixedSteps, HybridsDoNotStepBesideAChunk) {
   REQUIRE_STEPS_WITH_CHUNKS();
   auto e = Open("qwen3next", /*flash_attn=*/true, 2);
   ASSERT_NE(e, nullptr);
-  EXPECT_FALSE(e->CanStepWithChunk());
+  EXPECT_FALSE(e->CanStepRagged());
   const auto tokens = env::Tokens(*e, 20);
   ASSERT_TRUE(e->Prefill(0, std::span(tokens).first(10), 0).ok());
   ASSERT_TRUE(e->Prefill(1, std::span(tokens).first(10), 0).ok());

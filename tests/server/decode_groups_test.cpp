@@ -27,6 +27,17 @@ TEST(DecodeGroups, TwoLanesStepAloneWhereTwoRowsCostMoreThanTwoSteps) {
   EXPECT_EQ(DecodeGroups(std::vector<int32_t>{0, 2}, ms), (Groups{{0}, {2}}));
 }
 
+TEST(DecodeGroups, WithRaggedStepsLanesApartAreOneRun) {
+  const std::vector<int32_t> lanes = {0, 2, 3, 6};
+  EXPECT_EQ(DecodeGroups(lanes, {}, /*ragged=*/true), (Groups{{0, 2, 3, 6}}));
+  EXPECT_EQ(DecodeGroups(lanes, {}, /*ragged=*/false), (Groups{{0}, {2, 3}, {6}}));
+  // Cut by the measured costs like a run: two rows cost more than two lone steps here, four less.
+  const std::vector<double> ms = {7.3, 15.4, 17.5, 19.2};
+  EXPECT_EQ(DecodeGroups(std::vector<int32_t>{0, 2}, ms, true), (Groups{{0}, {2}}));
+  EXPECT_EQ(DecodeGroups(lanes, ms, true), (Groups{{0, 2, 3, 6}}));
+  EXPECT_EQ(DecodeGroups(std::vector<int32_t>{1, 4, 7}, ms, true), (Groups{{1, 4, 7}}));
+}
+
 TEST(DecodeGroups, ATieGoesToFewerSteps) {
   EXPECT_EQ(DecodeGroups(std::vector<int32_t>{3, 4}, std::vector<double>{10, 20}), (Groups{{3, 4}}));
 }

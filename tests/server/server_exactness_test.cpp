@@ -516,6 +516,66 @@ TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
   }
 }
 
+// Ragged steps (the default with lanes together on an attention-only model): four requests sent
+// 30 ms apart take lanes 0-3 in turn; the second asks for 80 tokens and the others for 300, so once
+// it is done lanes 0, 2 and 3 decode, whose ids do not follow each other, in one graph. Every
+// answer's tokens and log-probabilities equal a --no-cache server's asked one at a time, on that
+// server and on a cache-on one.
+TEST(RaggedSteps, AnAnswerDoesNotDependOnWhichLanesStepBesideIt) {
+  const std::vector<std::string> layout = {"-c", "4096", "--runtime-lane-count", "4", "--lane-batching"};
+  std::vector<std::string> off_flags = layout;
+  off_flags.push_back("--no-cache");
+  auto on = ServerProcess::Start("llama", layout, "ragged-on");
+  auto off = ServerProcess::Start("llama", off_flags, "ragged-off");
+  ASSERT_TRUE(on && off);
+  auto ragged = [](ServerProcess& p) {
+    return json::parse(p.Client()->Get("/cache/stats")->body)["lane_batching"]["ragged_steps"];
+  };
+  for (ServerProcess* server : {off.get(), on.get()}) {
+    const json r = ragged(*server);
+    ASSERT_TRUE(r.value("on", false)) << r.dump();
+    EXPECT_TRUE(r["check"].value("pass", false)) << r.dump();
+  }
+  std::array<json, 4> reqs;
+  for (int i = 0; i < 4; ++i) reqs[i] = {{"prompt", Words(60 + i, 15 + 10 * i)}, {"n_predict", i == 1 ? 80 : 300}};
+  std::array<json, 4> alone;
+  for (int i = 0; i < 4; ++i) alone[i] = AskGreedy(*off, reqs[i]);
+  for (ServerProcess* server : {off.get(), on.get()}) {
+    // Tiny models decode fast: try again if the lanes did not overlap as planned.
+    for (int attempt = 0; attempt < 5 && ragged(*server).value("steps", 0) == 0; ++attempt) {
+      std::array<json, 4> together;
+      std::vector<std::thread> threads;
+      for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      }
+      for (std::thread& t : threads) t.join();
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
+        EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
+      }
+    }
+    EXPECT_GT(ragged(*server).value("steps", 0), 0) << "no step of lanes apart";
+  }
+}
+
+// A hybrid's lanes step in runs of consecutive ids (its recurrent ops need equal runs), and so do
+// a dense model's with --ragged-steps off; /cache/stats says why.
+TEST(RaggedSteps, HybridsAndTheSwitchKeepRuns) {
+  auto hybrid = ServerProcess::Start("qwen3next", {"-c", "1024", "--runtime-lane-count", "3", "--lane-batching"},
+                                     "ragged-hybrid");
+  auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "3", "--lane-batching",
+                                            "--ragged-steps", "off"}, "ragged-switch");
+  ASSERT_TRUE(hybrid && off);
+  const json h = json::parse(hybrid->Client()->Get("/cache/stats")->body)["lane_batching"];
+  EXPECT_TRUE(h.value("on", false)) << h.dump();
+  EXPECT_FALSE(h["ragged_steps"].value("on", true)) << h.dump();
+  EXPECT_NE(h["ragged_steps"].value("reason", std::string()).find("recurrent"), std::string::npos) << h.dump();
+  const json o = json::parse(off->Client()->Get("/cache/stats")->body)["lane_batching"];
+  EXPECT_FALSE(o["ragged_steps"].value("on", true)) << o.dump();
+  EXPECT_EQ(o["ragged_steps"].value("reason", std::string()), "off (--ragged-steps off)");
+}
+
 // /cache/stats of a server started with --one-row-class=auto, and whether its lone-step measure
 // found the class within the tolerance; checks the measure's report and that the class is on
 // exactly then.

@@ -82,6 +82,13 @@ int main(int argc, char** argv) {
                  "with --lane-batching, which decoding lanes step together: measured (the split whose steps, of "
                  "k lanes each, measured cheapest at startup) or all (every decoding lane in one step)")
       ->capture_default_str()->check(CLI::IsMember({"measured", "all"}));
+  std::string ragged_steps = "on";
+  app.add_option("--ragged-steps", ragged_steps,
+                 "on | off. With lanes stepping together, decoding lanes whose ids do not follow each other (0, 2, 3) "
+                 "step in one graph, which reads the weights once for all of them (each lane's row is computed as "
+                 "alone, proved at startup); off: one graph per run of consecutive lanes. Attention-only models with "
+                 "the one-row class; a hybrid's lanes step in runs")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   std::string mixed_steps = "off";
   app.add_option("--mixed-steps", mixed_steps,
                  "on | off. With lanes stepping together, decoding lanes step in the llama_decode of a prompt chunk "
@@ -194,6 +201,7 @@ int main(int argc, char** argv) {
   }
   o.cache_enabled = !no_cache;
   o.lane_groups_measured = lane_groups == "measured";
+  o.ragged_steps = ragged_steps == "on";
   o.mixed_steps = mixed_steps == "on";
   using Switch = skippy::server::ServerOptions::Switch;
   auto switch_of = [](const std::string& v) { return v == "on" ? Switch::kOn : v == "off" ? Switch::kOff : Switch::kAuto; };

@@ -1,5 +1,7 @@
 #include "skippy/runtime/engine.h"
 
+#include <algorithm>
+
 #include "llama.h"
 #include "skippy/common/digest.h"
 #include "skippy/common/strings.h"
@@ -9,6 +11,21 @@
 namespace skippy::runtime {
 
 using cache::PayloadKind;
+
+namespace {
+
+// Whether the lanes' ids make one run (2, 3, 4, in any order): llama.cpp's equal split then puts
+// their rows in one ubatch by itself. Requires distinct lanes.
+bool LanesFollowEachOther(std::span<const Engine::DecodeStepIn> steps) {
+  int32_t lo = steps.front().lane, hi = lo;
+  for (const Engine::DecodeStepIn& s : steps) {
+    lo = std::min(lo, s.lane);
+    hi = std::max(hi, s.lane);
+  }
+  return static_cast<size_t>(hi - lo) + 1 == steps.size();
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   if (options.lane_count == 0) return absl::InvalidArgumentError("lane count must be at least 1");
@@ -150,7 +167,13 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
     if (rows_per_lane == 2) rows.push_back({s.lane, s.pos + 1, s.token, true});
   }
   llama_memory_t mem = llama_get_memory(context_->raw());
-  auto logits = context_->DecodeRows(rows);
+  StatusOr<std::vector<std::vector<float>>> logits;
+  if (rows_per_lane == 1 && !LanesFollowEachOther(steps) && CanStepRagged()) {
+    const ScopedRaggedSplit ragged;
+    logits = context_->DecodeRows(rows);
+  } else {
+    logits = context_->DecodeRows(rows);
+  }
   if (rows_per_lane == 2 || !logits.ok()) {
     // Drop the pad rows, or on a failure everything from pos (recurrent state cannot be cut: a
     // failed step of a recurrent lane leaves it for the caller to clear).
@@ -165,14 +188,14 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
   return out;
 }
 
-bool Engine::CanStepWithChunk() const {
+bool Engine::CanStepRagged() const {
   return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified && !model_->is_recurrent() &&
          !model_->is_hybrid() && !family_.learned && !family_.family_key.empty() && !family_.recurrent;
 }
 
 StatusOr<Engine::StepWithChunkOut> Engine::DecodeStepWithChunk(std::span<const DecodeStepIn> steps,
                                                                const ChunkIn& chunk) {
-  if (!CanStepWithChunk()) {
+  if (!CanStepRagged()) {
     return absl::FailedPreconditionError(
         "a step with a prompt chunk needs the one-row class, the ragged split of the patch series, a KV stream per "
         "lane and an attention-only model of the family table");

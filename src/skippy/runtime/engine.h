@@ -134,6 +134,9 @@ class Engine {
   // out the same whatever else is in the batch (measured; certify::CheckLaneBatching proves it per
   // model). So a lane's logits are the same alone or with any other lanes, but they are not those
   // of Decode (one row): a server uses one or the other for every generated token.
+  // Lanes whose ids do not follow each other (0, 2, 3) are one graph too where CanStepRagged():
+  // the ragged split computes each lane's row as in a ubatch of its own (tests/runtime
+  // RaggedSteps); elsewhere llama.cpp runs each run of consecutive ids as a graph of its own.
   // Returns the logits per step, in order; each lane then holds pos + 1 tokens.
   // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + rows <= LaneCapacity(), every
   // lane's rows within n_ubatch (InvalidArgument otherwise). With one KV stream for all lanes
@@ -159,7 +162,7 @@ class Engine {
   // The chunk is written at [chunk.pos, chunk.pos + size) and its last row's logits are returned
   // when chunk.logits is set (Decode), none otherwise (Prefill); each stepping lane then holds
   // pos + 1 tokens, its logits returned in order.
-  // REQUIRES: CanStepWithChunk(); distinct lanes, the chunk's lane not among the steps; appends
+  // REQUIRES: CanStepRagged(); distinct lanes, the chunk's lane not among the steps; appends
   // (pos == SequenceLength) within LaneCapacity(); a non-empty chunk; chunk and steps together
   // within n_ubatch (one graph) and at least one step. InvalidArgument or FailedPrecondition
   // otherwise, with nothing decoded. On a llama.cpp failure every lane involved is cut back.
@@ -174,10 +177,12 @@ class Engine {
     std::vector<float> chunk;               // the chunk's last row (empty unless chunk.logits)
   };
   StatusOr<StepWithChunkOut> DecodeStepWithChunk(std::span<const DecodeStepIn> steps, const ChunkIn& chunk);
-  // The one-row class, the ragged split in the loaded libllama, one KV stream per lane, and a
-  // family of the table whose memory is attention only (no recurrent state; a learned
-  // architecture might use a KV cache the ragged split does not cover).
-  bool CanStepWithChunk() const;
+  // Whether one graph can hold runs of rows of lanes that differ in length or whose ids do not
+  // follow each other (DecodeStepWithChunk; DecodeStep of lanes apart): the one-row class, the
+  // ragged split in the loaded libllama, one KV stream per lane, and a family of the table whose
+  // memory is attention only (no recurrent state; a learned architecture might use a KV cache the
+  // ragged split does not cover).
+  bool CanStepRagged() const;
   // Cells one lane can hold (llama_n_ctx_seq): its own stream's, or with kv_unified the shared
   // stream's, which the other sequences also use.
   int32_t LaneCapacity() const;

@@ -126,12 +126,13 @@ StatusOr<DecodeStepCosts> MeasureDecodeSteps(runtime::Engine& engine, size_t max
   return costs;
 }
 
-std::vector<std::vector<int32_t>> DecodeGroups(std::span<const int32_t> lanes, std::span<const double> step_ms) {
+std::vector<std::vector<int32_t>> DecodeGroups(std::span<const int32_t> lanes, std::span<const double> step_ms,
+                                               bool ragged) {
   std::vector<std::vector<int32_t>> groups;
   size_t begin = 0;
   while (begin < lanes.size()) {
     size_t end = begin + 1;
-    while (end < lanes.size() && lanes[end] == lanes[end - 1] + 1) ++end;
+    while (end < lanes.size() && (ragged || lanes[end] == lanes[end - 1] + 1)) ++end;
     const size_t n = end - begin;
     if (step_ms.empty()) {
       groups.emplace_back(lanes.begin() + static_cast<ptrdiff_t>(begin), lanes.begin() + static_cast<ptrdiff_t>(end));

@@ -68,11 +68,13 @@ struct LoneStepCost {
 StatusOr<LoneStepCost> MeasureLoneStep(runtime::Engine& engine, size_t max_context = 512,
                                        double fill_budget_ms = 1000, size_t pairs = 7);
 
-// Splits `lanes` (ascending lane ids) into DecodeStep groups. llama.cpp puts only consecutive
-// sequences into one ubatch, so lanes whose ids do not follow each other are never grouped (they
-// would run as separate graphs anyway); each run of consecutive ids is cut into groups of at most
-// step_ms.size() lanes whose costs add up to the least (a tie goes to fewer groups). With no costs,
-// every run is one group.
-std::vector<std::vector<int32_t>> DecodeGroups(std::span<const int32_t> lanes, std::span<const double> step_ms);
+// Splits `lanes` (ascending lane ids) into DecodeStep groups. Stock llama.cpp puts only consecutive
+// sequences into one ubatch, so without `ragged` lanes whose ids do not follow each other are never
+// grouped (they would run as separate graphs anyway); with it (Engine::CanStepRagged: one graph
+// for any lanes, which costs what a step of as many consecutive lanes costs) all of `lanes` are one
+// run. Each run is cut into groups of at most step_ms.size() lanes whose costs add up to the least
+// (a tie goes to fewer groups). With no costs, every run is one group.
+std::vector<std::vector<int32_t>> DecodeGroups(std::span<const int32_t> lanes, std::span<const double> step_ms,
+                                               bool ragged = false);
 
 }  // namespace skippy::server

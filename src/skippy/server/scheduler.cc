@@ -178,6 +178,7 @@ Status Scheduler::Load() {
                  shared->endpoint.c_str());
   }
   DecideLaneBatching();
+  DecideRaggedSteps();
   DecideMixedSteps();
   lanes_.resize(options_.lane_count);
   thread_ = std::thread([this] { Loop(); });
@@ -389,6 +390,40 @@ void Scheduler::DecideLaneBatching() {
   }
 }
 
+void Scheduler::DecideRaggedSteps() {
+  nlohmann::json& j = lane_batching_json_["ragged_steps"];
+  j["mode"] = options_.ragged_steps ? "on" : "off";
+  std::string why;
+  if (!options_.ragged_steps) {
+    why = "off (--ragged-steps off)";
+  } else if (!lane_batching_) {
+    why = "lanes do not step together";
+  } else if (options_.lane_count < 3) {
+    why = "fewer than three lanes: lanes that step together follow each other";
+  } else if (!runtime::RaggedSplitAvailable()) {
+    why = "this llama.cpp build has no ragged split (built without the patch series)";
+  } else if (!engine_->CanStepRagged()) {
+    why = runtime::OneRowClass() ? "recurrent state or a learned architecture: lanes step in runs of consecutive ids"
+                                 : "lanes step with pad rows (no one-row class): lanes step in runs of consecutive ids";
+  } else {
+    auto check = certify::CheckLaneBatching(*engine_, 0, 2);
+    if (!check.ok()) {
+      why = StrCat("the lane-batching check of lanes 0 and 2 could not run: ", check.status().message());
+    } else {
+      j["check"] = check->ToJson();
+      if (!check->pass) why = "the lane-batching check of lanes 0 and 2 failed: a lane's logits depend on the lanes beside it";
+    }
+  }
+  ragged_steps_ = why.empty();
+  j["on"] = ragged_steps_;
+  if (!ragged_steps_) {
+    j["reason"] = why;
+    if (lane_batching_ && options_.ragged_steps && options_.lane_count >= 3 && runtime::OneRowClass()) {
+      std::fprintf(stderr, "skippy-server: decoding lanes step in runs of consecutive ids: %s\n", why.c_str());
+    }
+  }
+}
+
 void Scheduler::DecideMixedSteps() {
   mixed_steps_json_["mode"] = options_.mixed_steps ? "on" : "off";
   std::string why;
@@ -398,7 +433,7 @@ void Scheduler::DecideMixedSteps() {
     why = "lanes do not step together";
   } else if (!runtime::RaggedSplitAvailable()) {
     why = "this llama.cpp build has no ragged split (built without the patch series)";
-  } else if (!engine_->CanStepWithChunk()) {
+  } else if (!engine_->CanStepRagged()) {
     why = "recurrent state or a learned architecture: decode rows step apart from prompt chunks";
   } else {
     auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
@@ -460,6 +495,7 @@ nlohmann::json Scheduler::CacheStats() const {
   j["one_row_class"] = one_row_class_json_;
   j["lane_batching"] = lane_batching_json_;
   j["lane_batching"]["steps_together"] = steps_together_.load();
+  j["lane_batching"]["ragged_steps"]["steps"] = ragged_steps_count_.load();
   j["mixed_steps"] = mixed_steps_json_;
   j["mixed_steps"]["steps_with_chunk"] = steps_with_chunk_.load();
   j["shared_prefill_waits"] = shared_prefill_waits_.load();
@@ -635,7 +671,7 @@ void Scheduler::StepTogether() {
   for (size_t i = 0; i < n; ++i) {
     if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate && !has_stepped(i)) decoding.push_back(static_cast<int32_t>(i));
   }
-  for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_)) GenerateTogether(group);
+  for (const std::vector<int32_t>& group : DecodeGroups(decoding, decode_step_ms_, ragged_steps_)) GenerateTogether(group);
 }
 
 void Scheduler::StartAdmitted() {
@@ -942,7 +978,11 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   auto logits = engine_->DecodeStep(steps);
   decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), static_cast<double>(steps.size()));
   decode_lane_ms_.store(decode_lane_cost_.per_unit());
-  if (logits.ok() && steps.size() >= 2) steps_together_.fetch_add(1);
+  if (logits.ok() && steps.size() >= 2) {
+    steps_together_.fetch_add(1);
+    const auto [lo, hi] = std::minmax_element(stepping.begin(), stepping.end());
+    if (static_cast<size_t>(*hi - *lo) + 1 != stepping.size()) ragged_steps_count_.fetch_add(1);
+  }
   AfterSteps(stepping, std::move(logits));
 }
 

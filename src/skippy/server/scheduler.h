@@ -28,7 +28,11 @@
 // the generated tokens of the decoding lanes go into
 // llama_decode calls of several lanes (Engine::DecodeStep: one row per lane in the one-row class,
 // a token and a pad row per lane without it), in the groups that the steps measured at load make
-// cheapest (DecodeGroups).
+// cheapest (DecodeGroups). Lanes whose ids do not follow each other (0, 2, 3) share a group where
+// the engine can step them in one graph (ragged steps, --ragged-steps on, the default: the one-row
+// class, the patch series' ragged split, an attention-only model; the check on lanes 0 and 2
+// passes); elsewhere each run of consecutive ids is grouped apart (llama.cpp's stock split makes a
+// graph per run: each reads every weight).
 // Each turn of the engine thread admits queued jobs and restores them, runs prefill chunks up to
 // one chunk's worth of rows (--prefill-chunk; at least one chunk, the lanes with the fewest rows
 // left first, a lane's next chunk in the same turn only when its whole prefill fits: PrefillTurn;
@@ -162,8 +166,13 @@ class Scheduler {
   void DecideOneRowClass();
   // Whether generated tokens of all lanes go into one DecodeStep (sets lane_batching_).
   void DecideLaneBatching();
+  // Whether a step of lanes whose ids do not follow each other is one graph (sets ragged_steps_):
+  // with lanes together, three or more lanes, --ragged-steps on, an engine that can
+  // (Engine::CanStepRagged) and certify::CheckLaneBatching passing on lanes 0 and 2 (a ragged
+  // step; its report goes to lane_batching_json_["ragged_steps"]["check"]).
+  void DecideRaggedSteps();
   // Whether decoding lanes step in a prompt chunk's llama_decode (sets mixed_steps_): with lanes
-  // together, --mixed-steps on, an engine that can (Engine::CanStepWithChunk) and the startup
+  // together, --mixed-steps on, an engine that can (Engine::CanStepRagged) and the startup
   // check passing (certify::CheckStepWithChunk).
   void DecideMixedSteps();
   // Why lanes cannot step together in the batch classes now in force ("" when they can): too many
@@ -179,7 +188,8 @@ class Scheduler {
   void Loop();
   // With lane_batching_: restores every admitted job, runs the turn's prefill chunks (PrefillTurn
   // within prefill_chunk rows, a lane overdue after 2 * lane_count chunks of others; jobs admitted
-  // after each chunk join), then one token for every decoding lane in DecodeGroups.
+  // after each chunk join), then one token for every decoding lane in DecodeGroups (lanes apart
+  // in one group with ragged_steps_).
   void StepTogether();
   // Begins (StartJob) the lanes admitted and not begun, in admission order, except those that
   // wait for a shared prefill or whose client went away.
@@ -245,6 +255,8 @@ class Scheduler {
   nlohmann::json one_row_class_json_;  // the class and why (CacheStats "one_row_class"); set by Load
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
+  bool ragged_steps_ = false;  // lanes apart step in one graph (DecodeGroups' `ragged`; see above)
+  std::atomic<uint64_t> ragged_steps_count_{0};  // DecodeStep calls of lanes apart
   bool mixed_steps_ = false;  // decoding lanes step beside prompt chunks (see above)
   nlohmann::json mixed_steps_json_;  // why (CacheStats "mixed_steps"); set by Load
   std::atomic<uint64_t> steps_with_chunk_{0};  // DecodeStepWithChunk calls

@@ -42,6 +42,11 @@ struct ServerOptions {
   // --lane-groups: with lane batching, how the decoding lanes of a round are split into steps:
   // "measured" (by what a step of k lanes cost at load, DecodeGroups) or "all" (one step).
   bool lane_groups_measured = true;
+  // --ragged-steps on|off: with lanes together, a step of lanes whose ids do not follow each other
+  // (0, 2, 3) is one llama_decode computed as one graph (the patch series' ragged split; each lane's
+  // row as alone, proved at startup) instead of one graph per run of consecutive ids, each reading
+  // every weight. On by default; attention-only models with the one-row class (Engine::CanStepRagged).
+  bool ragged_steps = true;
   // --mixed-steps on|off: with lanes together, decoding lanes step in a prompt chunk's llama_decode
   // (one graph: Engine::DecodeStepWithChunk) where the engine can and the startup check passes.
   // Off by default: measured neutral on the bench models here (docs/evidence/mixed-steps/).
