@@ -7,11 +7,13 @@
 //       prefills the same tokens under several batch cuts (every batch >= N rows, default
 //       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
 //   skippy-correctness step-with-chunk --model FILE [--flash-attn on|off] [--time-rounds N] [--report-out FILE]
-//       the check that a prompt chunk and decode steps of other lanes in one llama_decode give every
-//       row its bits alone (certify::CheckStepWithChunk, needs the one-row class: it is switched
-//       on), and with --time-rounds N > 0 what that one graph costs against a chunk and a step as
-//       two llama_decode calls (chunks of 32, 128 and 384 rows beside 1 and 3 lanes, N alternating
-//       rounds, medians).
+//       the checks that one graph through the ragged split gives every row its bits alone: a prompt
+//       chunk and decode steps of other lanes in one llama_decode (certify::CheckStepWithChunk), and
+//       a step of lanes apart, 0 and 2 (certify::CheckLaneBatching); they need the one-row class (it
+//       is switched on). With --time-rounds N > 0, what that one graph costs against a chunk and a
+//       step as two llama_decode calls (chunks of 32, 128 and 384 rows beside 1 and 3 lanes, N
+//       alternating rounds, medians), and a step of lanes apart against one per run of consecutive
+//       lanes (2N rounds, medians; "ragged_steps_timing").
 //   skippy-correctness --no-batch-invariant ...  runs either on llama.cpp's stock matrix kernels
 //       (runtime/llama_backend.h), to show what the batch-invariant patch changes.
 //   skippy-correctness --one-row-class ...  with the patch series' one-row class on as well (a lone
@@ -187,6 +189,57 @@ StatusOrJson TimeStepWithChunk(skippy::runtime::Engine& e, int rounds) {
   return rows;
 }
 
+// Steps of lanes apart in one graph (a ragged step) against one DecodeStep per run of consecutive
+// lanes, beside a step of as many consecutive lanes; every lane holds 400 tokens and is cut back
+// after each step, the shapes in a rotated order each round; medians of `rounds`.
+StatusOrJson TimeRaggedSteps(skippy::runtime::Engine& e, int rounds) {
+  using skippy::runtime::Engine;
+  using Clock = std::chrono::steady_clock;
+  auto tokens = skippy::certify::BenchmarkTokens(e.model(), "Lanes apart: what one graph saves.", 400);
+  if (!tokens.ok()) return tokens.status();
+  const int32_t held = 400;
+  for (int32_t l = 0; l < 4; ++l) {
+    if (auto st = e.Clear(l); !st.ok()) return st;
+    if (auto st = e.Prefill(l, *tokens, 0); !st.ok()) return st;
+  }
+  struct Shape {
+    const char* name;
+    std::vector<std::vector<int32_t>> calls;  // one DecodeStep each
+  };
+  const std::vector<Shape> shapes = {
+      {"1 lane", {{0}}},
+      {"2 consecutive lanes", {{0, 1}}},
+      {"2 lanes apart, per run", {{0}, {2}}},
+      {"2 lanes apart, one graph", {{0, 2}}},
+      {"3 consecutive lanes", {{0, 1, 2}}},
+      {"3 lanes apart, per run", {{0, 1}, {3}}},
+      {"3 lanes apart, one graph", {{0, 1, 3}}},
+  };
+  std::vector<std::vector<double>> ms(shapes.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Shape& shape = shapes[(i + static_cast<size_t>(r)) % shapes.size()];
+      const auto t0 = Clock::now();
+      for (const std::vector<int32_t>& lanes : shape.calls) {
+        std::vector<Engine::DecodeStepIn> steps;
+        for (int32_t l : lanes) steps.push_back({l, (*tokens)[1], held});
+        auto out = e.DecodeStep(steps);
+        if (!out.ok()) return out.status();
+      }
+      ms[(i + static_cast<size_t>(r)) % shapes.size()].push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      for (int32_t l = 0; l < 4; ++l) {
+        if (auto st = e.Truncate(l, held); !st.ok()) return st;
+      }
+    }
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    rows.push_back({{"shape", shapes[i].name}, {"calls", shapes[i].calls.size()}, {"ms", Median(ms[i])}, {"rounds", rounds}});
+  }
+  return rows;
+}
+
 int RunStepWithChunk(const StepWithChunkArgs& a) {
   if (!skippy::runtime::OneRowClass()) {
     std::fprintf(stderr, "skippy-correctness: step-with-chunk needs the one-row class (this build or --no-batch-invariant)\n");
@@ -202,7 +255,15 @@ int RunStepWithChunk(const StepWithChunkArgs& a) {
     std::fprintf(stderr, "skippy-correctness: %s\n", r.status().ToString().c_str());
     return ExitCodeFor(r.status());
   }
+  auto apart = skippy::certify::CheckLaneBatching(**engine, 0, 2);  // a ragged step of lanes 0 and 2
+  if (!apart.ok()) {
+    std::fprintf(stderr, "skippy-correctness: %s\n", apart.status().ToString().c_str());
+    return ExitCodeFor(apart.status());
+  }
+  const bool pass = r->pass && apart->pass;
   nlohmann::json report = r->ToJson();
+  report["lanes_apart"] = apart->ToJson();
+  report["pass"] = pass;
   report["mode"] = "step-with-chunk";
   report["model"] = a.model_path;
   report["family_key"] = (*engine)->family().family_key;
@@ -216,11 +277,17 @@ int RunStepWithChunk(const StepWithChunkArgs& a) {
       return ExitCodeFor(t.status());
     }
     report["timing"] = *t;
+    auto apart_t = TimeRaggedSteps(**engine, 2 * a.time_rounds);
+    if (!apart_t.ok()) {
+      std::fprintf(stderr, "skippy-correctness: %s\n", apart_t.status().ToString().c_str());
+      return ExitCodeFor(apart_t.status());
+    }
+    report["ragged_steps_timing"] = *apart_t;
   }
   if (!WriteReport(report, a.report_out)) return kExitInternal;
   std::fprintf(stderr, "[step-with-chunk] %s flash_attn=%s %s\n", report["family_key"].get<std::string>().c_str(),
-               a.flash_attn.c_str(), r->pass ? "pass" : "MISMATCH");
-  return r->pass ? kExitPass : kExitMismatch;
+               a.flash_attn.c_str(), pass ? "pass" : "MISMATCH");
+  return pass ? kExitPass : kExitMismatch;
 }
 
 }  // namespace
@@ -279,7 +346,8 @@ int main(int argc, char** argv) {
   bsc->add_option("--report-out", bs.report_out, "write the JSON report here (default: stdout)");
   StepWithChunkArgs sw;
   CLI::App* swc = app.add_subcommand(
-      "step-with-chunk", "are a chunk's and other lanes' steps the same bits in one llama_decode? (and its cost)");
+      "step-with-chunk",
+      "are a chunk's and other lanes' steps, and steps of lanes apart, the same bits in one llama_decode? (and their cost)");
   swc->add_option("--model", sw.model_path, "GGUF model file")->required();
   swc->add_option("--flash-attn", sw.flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   swc->add_option("--threads", sw.threads, "CPU threads")->capture_default_str();
