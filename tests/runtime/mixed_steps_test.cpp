@@ -8,6 +8,7 @@
 // process of its own).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "skippy/certify/lane_batching.h"
@@ -117,25 +118,39 @@ TEST(MixedSteps, EveryRowIsComputedAsAloneOnQuantizedWeights) {
 }
 
 // Five lanes of unequal lengths; steps of lanes apart ({0, 2}, {1, 3, 4}, {4, 0, 2} in that order,
-// {0, 1, 3}) against each lane's step alone; each lane's exported state, then a step of all lanes.
-// Then the startup check on lanes 0 and 2.
+// {0, 1, 3}) against each lane's step alone; each lane's exported state (its family's payload),
+// then a step of all lanes. Lanes are prefilled again before each run (a hybrid's recurrent state
+// cannot be cut back). Then the startup check on lanes 0 and 2.
 void ExpectLanesApartAsAlone(const std::string& model) {
   for (bool fa : {true, false}) {
     SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
     auto e = Open(model, fa, 5);
     ASSERT_NE(e, nullptr);
-    ASSERT_TRUE(e->CanStepRagged());
+    ASSERT_TRUE(e->CanStepLanesApart());
     const auto tokens = env::Tokens(*e, 400);
     const int32_t lengths[5] = {300, 37, 180, 5, 260};
-    const std::vector<std::vector<int32_t>> cases = {{0, 2}, {1, 3, 4}, {4, 0, 2}, {0, 1, 3}};
-    for (const std::vector<int32_t>& lanes : cases) {
-      SCOPED_TRACE(StrCat("lanes ", lanes.front(), "..", lanes.back(), " (", lanes.size(), ")"));
+    const auto payload = e->family().payload;
+    auto export_state = [&](int32_t lane) {
+      return payload == skippy::cache::PayloadKind::kResidentKv ? e->ExportResident(lane) : e->ExportState(lane, payload);
+    };
+    auto fill = [&] {
       for (int32_t l = 0; l < 5; ++l) {
         ASSERT_TRUE(e->Clear(l).ok());
         ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(static_cast<size_t>(lengths[l])), 0).ok());
       }
+    };
+    const std::vector<std::vector<int32_t>> cases = {{0, 2}, {1, 3, 4}, {4, 0, 2}, {0, 1, 3}};
+    for (const std::vector<int32_t>& lanes : cases) {
+      SCOPED_TRACE(StrCat("lanes ", lanes.front(), "..", lanes.back(), " (", lanes.size(), ")"));
       std::vector<Engine::DecodeStepIn> steps;
       for (int32_t l : lanes) steps.push_back({l, tokens[static_cast<size_t>(l) + 1], lengths[l]});
+      std::vector<Engine::DecodeStepIn> next;
+      for (int32_t l = 0; l < 5; ++l) {
+        const bool steps_first = std::find(lanes.begin(), lanes.end(), l) != lanes.end();
+        next.push_back({l, tokens[7], lengths[l] + (steps_first ? 1 : 0)});
+      }
+      // Alone: each lane's step by itself.
+      fill();
       std::vector<std::vector<float>> alone;
       for (const Engine::DecodeStepIn& s : steps) {
         auto one = e->DecodeStep(std::span(&s, 1));
@@ -144,15 +159,14 @@ void ExpectLanesApartAsAlone(const std::string& model) {
       }
       std::vector<std::vector<uint8_t>> state_alone;
       for (int32_t l = 0; l < 5; ++l) {
-        auto bytes = e->ExportResident(l);
+        auto bytes = export_state(l);
         ASSERT_TRUE(bytes.ok()) << bytes.status();
         state_alone.push_back(std::move(*bytes));
       }
-      std::vector<Engine::DecodeStepIn> next;
-      for (int32_t l = 0; l < 5; ++l) next.push_back({l, tokens[7], e->SequenceLength(l)});
       auto next_alone = e->DecodeStep(next);
       ASSERT_TRUE(next_alone.ok()) << next_alone.status();
-      for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Truncate(l, lengths[l]).ok());
+      // Together: one step of the lanes apart.
+      fill();
       auto together = e->DecodeStep(steps);
       ASSERT_TRUE(together.ok()) << together.status();
       ASSERT_EQ(together->size(), steps.size());
@@ -161,16 +175,17 @@ void ExpectLanesApartAsAlone(const std::string& model) {
       }
       for (int32_t l = 0; l < 5; ++l) {
         EXPECT_EQ(e->SequenceLength(l), next[static_cast<size_t>(l)].pos);
-        auto bytes = e->ExportResident(l);
+        auto bytes = export_state(l);
         ASSERT_TRUE(bytes.ok()) << bytes.status();
         EXPECT_TRUE(*bytes == state_alone[static_cast<size_t>(l)]) << "lane " << l << "'s exported state differs";
       }
       auto next_together = e->DecodeStep(next);
       ASSERT_TRUE(next_together.ok()) << next_together.status();
       for (size_t l = 0; l < 5; ++l) {
-        EXPECT_TRUE(env::SameBytes((*next_together)[l], (*next_alone)[l])) << "lane " << l << "'s KV differs";
+        EXPECT_TRUE(env::SameBytes((*next_together)[l], (*next_alone)[l])) << "lane " << l << "'s state differs";
       }
     }
+    for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Clear(l).ok());
     auto check = skippy::certify::CheckLaneBatching(*e, 0, 2);
     ASSERT_TRUE(check.ok()) << check.status();
     EXPECT_TRUE(check->pass) << check->ToJson().dump();
@@ -179,12 +194,12 @@ void ExpectLanesApartAsAlone(const std::string& model) {
 
 TEST(RaggedSteps, LanesApartStepAsAlone) {
   REQUIRE_STEPS_WITH_CHUNKS();
-  for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectLanesApartAsAlone(family);
+  for (const char* family : {"llama", "gemma3", "deepseek2", "qwen3next", "falcon-h1"}) ExpectLanesApartAsAlone(family);
 }
 
 TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
   REQUIRE_STEPS_WITH_CHUNKS();
-  for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M"}) {
+  for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M", "qwen3next.Q4_K_M"}) {
     ExpectLanesApartAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
   }
 }

@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
   app.add_option("--ragged-steps", ragged_steps,
                  "on | off. With lanes stepping together, decoding lanes whose ids do not follow each other (0, 2, 3) "
                  "step in one graph, which reads the weights once for all of them (each lane's row is computed as "
-                 "alone, proved at startup); off: one graph per run of consecutive lanes. Attention-only models with "
-                 "the one-row class; a hybrid's lanes step in runs")
+                 "alone, proved at startup); off: one graph per run of consecutive lanes. Attention-only and hybrid "
+                 "models with the one-row class")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   std::string mixed_steps = "off";
   app.add_option("--mixed-steps", mixed_steps,

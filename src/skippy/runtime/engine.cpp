@@ -168,7 +168,7 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
   }
   llama_memory_t mem = llama_get_memory(context_->raw());
   StatusOr<std::vector<std::vector<float>>> logits;
-  if (rows_per_lane == 1 && !LanesFollowEachOther(steps) && CanStepRagged()) {
+  if (rows_per_lane == 1 && !LanesFollowEachOther(steps) && CanStepLanesApart()) {
     const ScopedRaggedSplit ragged;
     logits = context_->DecodeRows(rows);
   } else {
@@ -186,6 +186,12 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
   out.reserve(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) out.push_back(std::move((*logits)[rows_per_lane * i]));
   return out;
+}
+
+bool Engine::CanStepLanesApart() const {
+  // Equal runs (one row per lane): a hybrid's recurrent state takes them too.
+  return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified &&
+         (!model_->is_recurrent() || model_->is_hybrid()) && !family_.learned && !family_.family_key.empty();
 }
 
 bool Engine::CanStepRagged() const {

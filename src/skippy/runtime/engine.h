@@ -134,9 +134,10 @@ class Engine {
   // out the same whatever else is in the batch (measured; certify::CheckLaneBatching proves it per
   // model). So a lane's logits are the same alone or with any other lanes, but they are not those
   // of Decode (one row): a server uses one or the other for every generated token.
-  // Lanes whose ids do not follow each other (0, 2, 3) are one graph too where CanStepRagged():
-  // the ragged split computes each lane's row as in a ubatch of its own (tests/runtime
-  // RaggedSteps); elsewhere llama.cpp runs each run of consecutive ids as a graph of its own.
+  // Lanes whose ids do not follow each other (0, 2, 3) are one graph too where
+  // CanStepLanesApart(): the ragged split computes each lane's row as in a ubatch of its own
+  // (tests/runtime RaggedSteps); elsewhere llama.cpp runs each run of consecutive ids as a graph
+  // of its own.
   // Returns the logits per step, in order; each lane then holds pos + 1 tokens.
   // REQUIRES: distinct lanes, pos == SequenceLength(lane), pos + rows <= LaneCapacity(), every
   // lane's rows within n_ubatch (InvalidArgument otherwise). With one KV stream for all lanes
@@ -183,6 +184,10 @@ class Engine {
   // memory is attention only (no recurrent state; a learned architecture might use a KV cache the
   // ragged split does not cover).
   bool CanStepRagged() const;
+  // Whether DecodeStep puts lanes apart in one graph: as CanStepRagged(), and hybrids too (a step
+  // has one row per lane, equal runs, which their recurrent state takes); not a recurrent model
+  // without attention (its memory is not covered by the ragged split).
+  bool CanStepLanesApart() const;
   // Cells one lane can hold (llama_n_ctx_seq): its own stream's, or with kv_unified the shared
   // stream's, which the other sequences also use.
   int32_t LaneCapacity() const;

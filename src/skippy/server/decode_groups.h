@@ -70,7 +70,7 @@ StatusOr<LoneStepCost> MeasureLoneStep(runtime::Engine& engine, size_t max_conte
 
 // Splits `lanes` (ascending lane ids) into DecodeStep groups. Stock llama.cpp puts only consecutive
 // sequences into one ubatch, so without `ragged` lanes whose ids do not follow each other are never
-// grouped (they would run as separate graphs anyway); with it (Engine::CanStepRagged: one graph
+// grouped (they would run as separate graphs anyway); with it (Engine::CanStepLanesApart: one graph
 // for any lanes, which costs what a step of as many consecutive lanes costs) all of `lanes` are one
 // run. Each run is cut into groups of at most step_ms.size() lanes whose costs add up to the least
 // (a tie goes to fewer groups). With no costs, every run is one group.

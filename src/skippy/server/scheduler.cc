@@ -402,8 +402,8 @@ void Scheduler::DecideRaggedSteps() {
     why = "fewer than three lanes: lanes that step together follow each other";
   } else if (!runtime::RaggedSplitAvailable()) {
     why = "this llama.cpp build has no ragged split (built without the patch series)";
-  } else if (!engine_->CanStepRagged()) {
-    why = runtime::OneRowClass() ? "recurrent state or a learned architecture: lanes step in runs of consecutive ids"
+  } else if (!engine_->CanStepLanesApart()) {
+    why = runtime::OneRowClass() ? "a recurrent model or a learned architecture: lanes step in runs of consecutive ids"
                                  : "lanes step with pad rows (no one-row class): lanes step in runs of consecutive ids";
   } else {
     auto check = certify::CheckLaneBatching(*engine_, 0, 2);

@@ -30,7 +30,7 @@
 // a token and a pad row per lane without it), in the groups that the steps measured at load make
 // cheapest (DecodeGroups). Lanes whose ids do not follow each other (0, 2, 3) share a group where
 // the engine can step them in one graph (ragged steps, --ragged-steps on, the default: the one-row
-// class, the patch series' ragged split, an attention-only model; the check on lanes 0 and 2
+// class, the patch series' ragged split, an attention-only or hybrid model; the check on lanes 0 and 2
 // passes); elsewhere each run of consecutive ids is grouped apart (llama.cpp's stock split makes a
 // graph per run: each reads every weight).
 // Each turn of the engine thread admits queued jobs and restores them, runs prefill chunks up to
@@ -168,7 +168,7 @@ class Scheduler {
   void DecideLaneBatching();
   // Whether a step of lanes whose ids do not follow each other is one graph (sets ragged_steps_):
   // with lanes together, three or more lanes, --ragged-steps on, an engine that can
-  // (Engine::CanStepRagged) and certify::CheckLaneBatching passing on lanes 0 and 2 (a ragged
+  // (Engine::CanStepLanesApart) and certify::CheckLaneBatching passing on lanes 0 and 2 (a ragged
   // step; its report goes to lane_batching_json_["ragged_steps"]["check"]).
   void DecideRaggedSteps();
   // Whether decoding lanes step in a prompt chunk's llama_decode (sets mixed_steps_): with lanes

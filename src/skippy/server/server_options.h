@@ -45,7 +45,8 @@ struct ServerOptions {
   // --ragged-steps on|off: with lanes together, a step of lanes whose ids do not follow each other
   // (0, 2, 3) is one llama_decode computed as one graph (the patch series' ragged split; each lane's
   // row as alone, proved at startup) instead of one graph per run of consecutive ids, each reading
-  // every weight. On by default; attention-only models with the one-row class (Engine::CanStepRagged).
+  // every weight. On by default; attention-only and hybrid models with the one-row class
+  // (Engine::CanStepLanesApart).
   bool ragged_steps = true;
   // --mixed-steps on|off: with lanes together, decoding lanes step in a prompt chunk's llama_decode
   // (one graph: Engine::DecodeStepWithChunk) where the engine can and the startup check passes.
