@@ -20,7 +20,7 @@ import json, statistics, sys, urllib.error, urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import at_once, get, start, stop  # noqa: E402
+from serverproc import at_once, get, rotating_runs, start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 model, out_path = sys.argv[1], sys.argv[2]
@@ -77,25 +77,18 @@ def burst(clients, tag):
     return {"clients": clients, "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "errors": errors}
 
 
-runs = []
-with open(out_path, "w") as f:
-    for rep in range(repeats):
-        names = list(MODES)
-        names = names[rep % len(names):] + names[:rep % len(names)]
-        for name in names:
-            server = start(MODES[name] + ["-m", model, "--port", str(port), "-t", "2"], port)
-            try:
-                stream({"prompt": "warm up", "n_predict": 4}, [])
-                r = {"mode": name, "repeat": rep, "bursts": [burst(c, f"{rep}{name}{c}") for c in (1, 2, 3, 4)]}
-                if name != "llama-server":
-                    lanes = get(port, "/cache/stats")["lane_batching"]
-                    r["step_cost"] = lanes.get("step_cost")
-                    r["steps_together"] = lanes.get("steps_together")
-            finally:
-                stop(server)
-            runs.append(r)
-            f.write(json.dumps(r) + "\n")
-            f.flush()
+def measure(name, rep):
+    stream({"prompt": "warm up", "n_predict": 4}, [])
+    r = {"bursts": [burst(c, f"{rep}{name}{c}") for c in (1, 2, 3, 4)]}
+    if name != "llama-server":
+        lanes = get(port, "/cache/stats")["lane_batching"]
+        r["step_cost"] = lanes.get("step_cost")
+        r["steps_together"] = lanes.get("steps_together")
+    return r
+
+
+runs = rotating_runs(MODES, repeats, out_path,
+                     lambda cmd: start(cmd + ["-m", model, "--port", str(port), "-t", "2"], port), measure)
 summary = {"model": model, "repeats": repeats, "n_predict": N_PREDICT, "tokens_per_s": {}}
 for name in MODES:
     summary["tokens_per_s"][name] = {

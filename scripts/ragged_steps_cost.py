@@ -22,7 +22,7 @@ import json, random, statistics, sys, threading, time, urllib.error, urllib.requ
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serverproc import get, model_arguments, parse_model_arguments, start, stop  # noqa: E402
+from serverproc import get, model_arguments, parse_model_arguments, rotating_runs, start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ap = model_arguments(__doc__, runs=2, port=18700)
@@ -104,26 +104,19 @@ def run(seed):
             "errors": [o["error"] for o in out if o["error"]]}
 
 
-runs = []
-with open(a.out, "w") as f:
-    for rep in range(a.runs):
-        names = list(MODES)
-        names = names[rep % len(names):] + names[:rep % len(names)]
-        for name in names:
-            server = start(MODES[name] + ["-m", a.model, "--port", str(a.port), "-t", str(a.threads)], a.port)
-            try:
-                stream({"prompt": "warm up", "n_predict": 4})
-                r = {"mode": name, "repeat": rep, "seed": rep, **run(seed=rep)}
-                if name != "llama-server":
-                    lanes = get(a.port, "/cache/stats")["lane_batching"]
-                    r["steps_together"] = lanes.get("steps_together")
-                    r["ragged_steps"] = lanes.get("ragged_steps")
-            finally:
-                stop(server)
-            runs.append(r)
-            f.write(json.dumps(r) + "\n")
-            f.flush()
-            print(name, rep, {k: r[k] for k in ("tokens_per_s", "tpot_p50_ms", "ttft_p50_ms")}, flush=True)
+def measure(name, rep):
+    stream({"prompt": "warm up", "n_predict": 4})
+    r = {"seed": rep, **run(seed=rep)}
+    if name != "llama-server":
+        lanes = get(a.port, "/cache/stats")["lane_batching"]
+        r["steps_together"] = lanes.get("steps_together")
+        r["ragged_steps"] = lanes.get("ragged_steps")
+    print(name, rep, {k: r[k] for k in ("tokens_per_s", "tpot_p50_ms", "ttft_p50_ms")}, flush=True)
+    return r
+
+
+runs = rotating_runs(MODES, a.runs, a.out,
+                     lambda cmd: start(cmd + ["-m", a.model, "--port", str(a.port), "-t", str(a.threads)], a.port), measure)
 summary = {"model": a.model, "runs": a.runs, "lanes": a.lanes, "rate": a.rate, "requests": a.requests}
 for name in MODES:
     mine = [r for r in runs if r["mode"] == name]

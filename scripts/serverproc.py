@@ -55,6 +55,28 @@ def stop(proc):
     proc.wait()
 
 
+def rotating_runs(modes, repeats, out_path, launch, measure):
+    """Starts each server of `modes` (name -> command) with launch(command), in an order rotated by
+    one each repeat, `repeats` times; while it is up, calls measure(name, repeat) for a dict of
+    results, then stops it. Writes each run ({"mode", "repeat", **results}) as a JSON line to
+    out_path as it ends; returns the runs."""
+    runs = []
+    with open(out_path, "w") as f:
+        for rep in range(repeats):
+            names = list(modes)
+            names = names[rep % len(names):] + names[:rep % len(names)]
+            for name in names:
+                server = launch(modes[name])
+                try:
+                    r = {"mode": name, "repeat": rep, **measure(name, rep)}
+                finally:
+                    stop(server)
+                runs.append(r)
+                f.write(json.dumps(r) + "\n")
+                f.flush()
+    return runs
+
+
 def at_once(clients, one):
     """Calls one(i) for i in range(clients), each on its own thread, all started together; returns
     the wall seconds until the last returns."""
