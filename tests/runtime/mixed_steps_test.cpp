@@ -3,9 +3,9 @@
 // llama_decode) and steps of lanes whose ids do not follow each other (Engine::DecodeStep).
 // Every row must come out as it does alone: the chunk's last logits as Decode's, each lane's step
 // as DecodeStep's alone, each lane's exported state byte for byte, and the next step's logits;
-// on dense, sliding-window and MLA families, F16 and Q4_K_M, flash attention on and off. Each test
-// switches the one-row class on before its first model (process-wide; ctest runs each test in a
-// process of its own).
+// on dense, sliding-window and MLA families (and hybrids for lanes apart), F16 and Q4_K_M, flash
+// attention on and off. Each test switches the one-row class on before its first model
+// (process-wide; ctest runs each test in a process of its own).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +24,7 @@ using skippy::runtime::Engine;
 using skippy::runtime::Token;
 namespace env = skippy::testing_env;
 
-#define REQUIRE_STEPS_WITH_CHUNKS()                                                                   \
+#define REQUIRE_RAGGED_SPLIT()                                                                   \
   if (!skippy::runtime::SetOneRowClass(true) || !skippy::runtime::OneRowClass() ||                   \
       !skippy::runtime::RaggedSplitAvailable())                                                        \
   GTEST_SKIP() << "this llama.cpp build has no one-row class or ragged split (built without the patch series)"
@@ -40,7 +40,7 @@ void ExpectEveryRowAsAlone(const std::string& model) {
     SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
     auto e = Open(model, fa, 4);
     ASSERT_NE(e, nullptr);
-    ASSERT_TRUE(e->CanStepRagged());
+    ASSERT_TRUE(e->CanStepWithChunk());
     const auto tokens = env::Tokens(*e, 400);
     const int32_t lengths[4] = {300, 37, 180, 5};
     struct Case {
@@ -106,12 +106,12 @@ void ExpectEveryRowAsAlone(const std::string& model) {
 }
 
 TEST(MixedSteps, EveryRowIsComputedAsAlone) {
-  REQUIRE_STEPS_WITH_CHUNKS();
+  REQUIRE_RAGGED_SPLIT();
   for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectEveryRowAsAlone(family);
 }
 
 TEST(MixedSteps, EveryRowIsComputedAsAloneOnQuantizedWeights) {
-  REQUIRE_STEPS_WITH_CHUNKS();
+  REQUIRE_RAGGED_SPLIT();
   for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M"}) {
     ExpectEveryRowAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
   }
@@ -193,12 +193,12 @@ void ExpectLanesApartAsAlone(const std::string& model) {
 }
 
 TEST(RaggedSteps, LanesApartStepAsAlone) {
-  REQUIRE_STEPS_WITH_CHUNKS();
+  REQUIRE_RAGGED_SPLIT();
   for (const char* family : {"llama", "gemma3", "deepseek2", "qwen3next", "falcon-h1"}) ExpectLanesApartAsAlone(family);
 }
 
 TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
-  REQUIRE_STEPS_WITH_CHUNKS();
+  REQUIRE_RAGGED_SPLIT();
   for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M", "qwen3next.Q4_K_M"}) {
     ExpectLanesApartAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
   }
@@ -206,7 +206,7 @@ TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
 
 // Bad steps are refused before llama.cpp sees them, and leave every lane as it was.
 TEST(MixedSteps, RefusesWhatItCannotStep) {
-  REQUIRE_STEPS_WITH_CHUNKS();
+  REQUIRE_RAGGED_SPLIT();
   auto e = Open("llama", /*flash_attn=*/true, 3);
   ASSERT_NE(e, nullptr);
   const auto tokens = env::Tokens(*e, 600);
@@ -241,10 +241,10 @@ TEST(MixedSteps, RefusesWhatItCannotStep) {
 
 // Hybrids keep their decode rows apart from chunks (their recurrent ops need equal runs).
 TEST(MixedSteps, HybridsDoNotStepBesideAChunk) {
-  REQUIRE_STEPS_WITH_CHUNKS();
+  REQUIRE_RAGGED_SPLIT();
   auto e = Open("qwen3next", /*flash_attn=*/true, 2);
   ASSERT_NE(e, nullptr);
-  EXPECT_FALSE(e->CanStepRagged());
+  EXPECT_FALSE(e->CanStepWithChunk());
   const auto tokens = env::Tokens(*e, 20);
   ASSERT_TRUE(e->Prefill(0, std::span(tokens).first(10), 0).ok());
   ASSERT_TRUE(e->Prefill(1, std::span(tokens).first(10), 0).ok());

@@ -526,8 +526,8 @@ void ExpectRaggedStepsChangeNoAnswer(const std::string& family) {
   const std::vector<std::string> layout = {"-c", "4096", "--runtime-lane-count", "4", "--lane-batching"};
   std::vector<std::string> off_flags = layout;
   off_flags.push_back("--no-cache");
-  auto on = ServerProcess::Start(family, layout, "ragged-on");
-  auto off = ServerProcess::Start(family, off_flags, "ragged-off");
+  auto on = ServerProcess::Start(family, layout, "ragged-cache-on");
+  auto off = ServerProcess::Start(family, off_flags, "ragged-no-cache");
   ASSERT_TRUE(on && off);
   auto ragged = [](ServerProcess& p) {
     return json::parse(p.Client()->Get("/cache/stats")->body)["lane_batching"]["ragged_steps"];

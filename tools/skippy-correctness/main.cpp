@@ -259,7 +259,7 @@ int RunStepWithChunk(const StepWithChunkArgs& a) {
   // holds for hybrids.
   nlohmann::json report;
   bool pass = true;
-  if (e.CanStepRagged()) {
+  if (e.CanStepWithChunk()) {
     auto r = skippy::certify::CheckStepWithChunk(e, 0, 1, 2);
     if (!r.ok()) return Fail(r.status());
     report = r->ToJson();
@@ -279,7 +279,7 @@ int RunStepWithChunk(const StepWithChunkArgs& a) {
   report["threads"] = a.threads;
   report["batch_size"] = a.batch_size;
   if (a.time_rounds > 0) {
-    if (e.CanStepRagged()) {
+    if (e.CanStepWithChunk()) {
       auto t = TimeStepWithChunk(e, a.time_rounds);
       if (!t.ok()) return Fail(t.status());
       report["timing"] = *t;

@@ -142,7 +142,7 @@ nlohmann::json StepWithChunkReport::ToJson() const {
 }
 
 StatusOr<StepWithChunkReport> CheckStepWithChunk(Engine& engine, int32_t a, int32_t b, int32_t c) {
-  if (!engine.CanStepRagged()) {
+  if (!engine.CanStepWithChunk()) {
     return absl::FailedPreconditionError("this engine cannot step lanes beside a prompt chunk");
   }
   if (a == b || a == c || b == c) return absl::FailedPreconditionError("the check needs different lanes");

@@ -14,8 +14,8 @@
 // Method: lane a holds a short prompt, lane b a long one (40 and 600 tokens where the context
 // allows: their KV lengths fall in different 256-cell steps). Each lane steps alone, then both step together, then
 // together again one token further; pass: each lane's logits are byte-identical alone and together
-// at both steps. Lanes apart (0 and 2) with Engine::CanStepRagged make the together step a ragged
-// one (one graph), which is how skippy-server checks its ragged steps. Between runs the lanes are cut back to their prompts (prefilled again when they
+// at both steps. Lanes apart (0 and 2) with Engine::CanStepLanesApart make the together step a
+// ragged one (one graph), which is how skippy-server checks its ragged steps. Between runs the lanes are cut back to their prompts (prefilled again when they
 // hold recurrent state). The lanes are cleared before and after.
 //
 // Thread-safety: uses the engine; call it from the thread that owns the engine.
@@ -61,7 +61,7 @@ struct StepWithChunkReport {
   nlohmann::json ToJson() const;
 };
 
-// FailedPrecondition when the engine cannot step lanes beside a chunk (Engine::CanStepRagged),
+// FailedPrecondition when the engine cannot step lanes beside a chunk (Engine::CanStepWithChunk),
 // two lanes the same, or the lanes hold fewer than 64 cells; otherwise fails only when the engine does.
 // `c` < 0: two lanes only.
 StatusOr<StepWithChunkReport> CheckStepWithChunk(runtime::Engine& engine, int32_t a, int32_t b, int32_t c = -1);

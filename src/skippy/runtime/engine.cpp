@@ -194,14 +194,14 @@ bool Engine::CanStepLanesApart() const {
          (!model_->is_recurrent() || model_->is_hybrid()) && !family_.learned && !family_.family_key.empty();
 }
 
-bool Engine::CanStepRagged() const {
+bool Engine::CanStepWithChunk() const {
   return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified && !model_->is_recurrent() &&
          !model_->is_hybrid() && !family_.learned && !family_.family_key.empty() && !family_.recurrent;
 }
 
 StatusOr<Engine::StepWithChunkOut> Engine::DecodeStepWithChunk(std::span<const DecodeStepIn> steps,
                                                                const ChunkIn& chunk) {
-  if (!CanStepRagged()) {
+  if (!CanStepWithChunk()) {
     return absl::FailedPreconditionError(
         "a step with a prompt chunk needs the one-row class, the ragged split of the patch series, a KV stream per "
         "lane and an attention-only model of the family table");

@@ -163,7 +163,7 @@ class Engine {
   // The chunk is written at [chunk.pos, chunk.pos + size) and its last row's logits are returned
   // when chunk.logits is set (Decode), none otherwise (Prefill); each stepping lane then holds
   // pos + 1 tokens, its logits returned in order.
-  // REQUIRES: CanStepRagged(); distinct lanes, the chunk's lane not among the steps; appends
+  // REQUIRES: CanStepWithChunk(); distinct lanes, the chunk's lane not among the steps; appends
   // (pos == SequenceLength) within LaneCapacity(); a non-empty chunk; chunk and steps together
   // within n_ubatch (one graph) and at least one step. InvalidArgument or FailedPrecondition
   // otherwise, with nothing decoded. On a llama.cpp failure every lane involved is cut back.
@@ -178,13 +178,12 @@ class Engine {
     std::vector<float> chunk;               // the chunk's last row (empty unless chunk.logits)
   };
   StatusOr<StepWithChunkOut> DecodeStepWithChunk(std::span<const DecodeStepIn> steps, const ChunkIn& chunk);
-  // Whether one graph can hold runs of rows of lanes that differ in length or whose ids do not
-  // follow each other (DecodeStepWithChunk; DecodeStep of lanes apart): the one-row class, the
-  // ragged split in the loaded libllama, one KV stream per lane, and a family of the table whose
-  // memory is attention only (no recurrent state; a learned architecture might use a KV cache the
-  // ragged split does not cover).
-  bool CanStepRagged() const;
-  // Whether DecodeStep puts lanes apart in one graph: as CanStepRagged(), and hybrids too (a step
+  // Whether DecodeStepWithChunk can run (one graph of runs of unequal lengths): the one-row class,
+  // the ragged split in the loaded libllama, one KV stream per lane, and a family of the table
+  // whose memory is attention only (no recurrent state, which needs equal runs; a learned
+  // architecture might use a KV cache the ragged split does not cover).
+  bool CanStepWithChunk() const;
+  // Whether DecodeStep puts lanes apart in one graph: as CanStepWithChunk(), and hybrids too (a step
   // has one row per lane, equal runs, which their recurrent state takes); not a recurrent model
   // without attention (its memory is not covered by the ragged split).
   bool CanStepLanesApart() const;

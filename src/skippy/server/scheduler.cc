@@ -433,7 +433,7 @@ void Scheduler::DecideMixedSteps() {
     why = "lanes do not step together";
   } else if (!runtime::RaggedSplitAvailable()) {
     why = "this llama.cpp build has no ragged split (built without the patch series)";
-  } else if (!engine_->CanStepRagged()) {
+  } else if (!engine_->CanStepWithChunk()) {
     why = "recurrent state or a learned architecture: decode rows step apart from prompt chunks";
   } else {
     auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
@@ -974,14 +974,21 @@ void Scheduler::GenerateTogether(std::span<const int32_t> ids) {
   std::vector<int32_t> stepping;
   const std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(ids, stepping);
   if (steps.empty()) return;
+  const auto [lo, hi] = std::minmax_element(stepping.begin(), stepping.end());
+  const bool apart = static_cast<size_t>(*hi - *lo) + 1 != stepping.size();
+  if (apart && !ragged_steps_) {
+    // A lane left the group (its client went away): the engine would step the lanes left in one
+    // ragged graph, which this server has not checked or was told not to use; step each run.
+    for (const std::vector<int32_t>& run : DecodeGroups(stepping, {}, /*ragged=*/false)) GenerateTogether(run);
+    return;
+  }
   const Clock::time_point step_start = Clock::now();
   auto logits = engine_->DecodeStep(steps);
   decode_lane_cost_.Add(MsBetween(step_start, Clock::now()), static_cast<double>(steps.size()));
   decode_lane_ms_.store(decode_lane_cost_.per_unit());
   if (logits.ok() && steps.size() >= 2) {
     steps_together_.fetch_add(1);
-    const auto [lo, hi] = std::minmax_element(stepping.begin(), stepping.end());
-    if (static_cast<size_t>(*hi - *lo) + 1 != stepping.size()) ragged_steps_count_.fetch_add(1);
+    if (apart) ragged_steps_count_.fetch_add(1);
   }
   AfterSteps(stepping, std::move(logits));
 }

@@ -172,7 +172,7 @@ class Scheduler {
   // step; its report goes to lane_batching_json_["ragged_steps"]["check"]).
   void DecideRaggedSteps();
   // Whether decoding lanes step in a prompt chunk's llama_decode (sets mixed_steps_): with lanes
-  // together, --mixed-steps on, an engine that can (Engine::CanStepRagged) and the startup
+  // together, --mixed-steps on, an engine that can (Engine::CanStepWithChunk) and the startup
   // check passing (certify::CheckStepWithChunk).
   void DecideMixedSteps();
   // Why lanes cannot step together in the batch classes now in force ("" when they can): too many
@@ -256,7 +256,7 @@ class Scheduler {
   nlohmann::json lane_batching_json_;  // why (CacheStats "lane_batching"); set by Load
   std::atomic<uint64_t> steps_together_{0};  // DecodeStep calls that stepped 2+ lanes
   bool ragged_steps_ = false;  // lanes apart step in one graph (DecodeGroups' `ragged`; see above)
-  std::atomic<uint64_t> ragged_steps_count_{0};  // DecodeStep calls of lanes apart
+  std::atomic<uint64_t> ragged_steps_count_{0};  // DecodeStep calls of lanes apart (one ragged graph each)
   bool mixed_steps_ = false;  // decoding lanes step beside prompt chunks (see above)
   nlohmann::json mixed_steps_json_;  // why (CacheStats "mixed_steps"); set by Load
   std::atomic<uint64_t> steps_with_chunk_{0};  // DecodeStepWithChunk calls
