@@ -195,8 +195,8 @@ bool Engine::CanStepLanesApart() const {
 }
 
 bool Engine::CanStepWithChunk() const {
-  return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified && !model_->is_recurrent() &&
-         !model_->is_hybrid() && !family_.learned && !family_.family_key.empty() && !family_.recurrent;
+  // Unequal runs: attention-only memory (CanStepLanesApart's, less hybrids).
+  return CanStepLanesApart() && !model_->is_hybrid() && !family_.recurrent;
 }
 
 StatusOr<Engine::StepWithChunkOut> Engine::DecodeStepWithChunk(std::span<const DecodeStepIn> steps,
