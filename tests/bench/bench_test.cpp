@@ -44,6 +44,7 @@ class BenchTest : public ::testing::Test {
     o.cache_hit_repeats = 2;
     o.llama_repeats = 3;
     o.ctx_size = 512;
+    o.threads = 1;  // ctest runs a test per core
     return o;
   }
 

@@ -27,6 +27,7 @@ std::unique_ptr<Engine> Open(std::string_view family, uint32_t lanes) {
   o.context.flash_attn = true;
   o.lane_count = lanes;
   o.cache_seq_count = 2;
+  o.context.n_threads = env::Threads();
   auto e = Engine::Open(o);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;

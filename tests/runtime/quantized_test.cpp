@@ -67,6 +67,7 @@ TEST_P(Quantized, ProductionPayloadRestoresBitExact) {
   o.prefix_token_count = 128;
   o.cache_hit_repeats = 2;
   o.ctx_size = 512;
+  o.threads = env::Threads();
   auto result = skippy::certify::RunStateHandoff(o);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->verdict, skippy::certify::Verdict::kPass) << result->report.dump(2);

@@ -31,6 +31,7 @@ StateHandoffOptions Options(std::string_view family) {
   o.prefix_token_count = 128;
   o.cache_hit_repeats = 3;
   o.ctx_size = 512;
+  o.threads = env::Threads();
   return o;
 }
 
@@ -186,7 +187,7 @@ TEST(CertifyBadInput, PartialLayerRangeIsUnimplemented) {
 }
 
 int RunCli(const std::string& args) {
-  const int rc = std::system((env::CorrectnessBin() + " state-handoff " + args + " >/dev/null 2>&1").c_str());
+  const int rc = std::system((env::CorrectnessBin() + " state-handoff --threads 1 " + args + " >/dev/null 2>&1").c_str());
   return WEXITSTATUS(rc);
 }
 

@@ -23,6 +23,16 @@ inline std::string ZooDir() {
 }
 inline std::string ZooFile(std::string_view key) { return StrCat(ZooDir(), "/", key, ".gguf"); }
 
+// Compute threads per test engine: 1, as the server tests' `-t 1`. ctest runs as many tests at once
+// as there are cores (scripts/test.sh), and two spinning two-thread pools on two cores make each
+// test several times slower (a barrier waits on a thread that is not running). The production
+// default, two, is covered by the runtime.two_threads test, which ctest runs alone
+// (SKIPPY_TEST_THREADS=2, PROCESSORS 2).
+inline int Threads() {
+  if (const char* v = std::getenv("SKIPPY_TEST_THREADS")) return std::max(1, std::atoi(v));
+  return 1;
+}
+
 // skippy-server's layout: one KV stream per lane, full-size sliding-window layers, no cache
 // sequences.
 inline runtime::EngineOptions ServerLayout(std::string_view family, bool flash_attn, uint32_t lanes, uint32_t n_ctx) {
@@ -34,6 +44,7 @@ inline runtime::EngineOptions ServerLayout(std::string_view family, bool flash_a
   o.context.swa_full = true;
   o.lane_count = lanes;
   o.cache_seq_count = 0;
+  o.context.n_threads = Threads();
   return o;
 }
 // An engine in the server's layout on a zoo family (a key) or a GGUF (a path), 1024 cells per lane;

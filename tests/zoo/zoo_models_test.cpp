@@ -73,6 +73,7 @@ TEST_P(ZooFamily, DecodingTwiceGivesIdenticalLogits) {
   for (int run = 0; run < 2; ++run) {
     ContextOptions opts;
     opts.n_ctx = 256;
+    opts.n_threads = 1;  // ctest runs a test per core: one thread each
     opts.n_batch = 16;  // several chunks: exercises cache reuse across ubatches
     opts.n_ubatch = 16;
     auto ctx = Context::Create(**model, opts);
@@ -210,6 +211,7 @@ TEST(ModelInput, OutOfVocabularyTokensAndOverlongPromptsAreRefused) {
   ASSERT_TRUE(model.ok()) << model.status();
   ContextOptions opts;
   opts.n_ctx = 64;
+  opts.n_threads = 1;
   auto ctx = Context::Create(**model, opts);
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   std::vector<Token> bad = {1, 2, (*model)->n_vocab()};
