@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "skippy/certify/lane_batching.h"
@@ -202,6 +203,67 @@ TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
   for (const char* model : {"llama.Q4_K_M", "gemma3.Q4_K_M", "deepseek2.Q4_K_M", "qwen3next.Q4_K_M"}) {
     ExpectLanesApartAsAlone(StrCat(SKIPPY_TEST_SMALL_ZOO_DIR, "/", model, ".gguf"));
   }
+}
+
+// One graph per step, counted (ContextOptions::graph_count): lanes apart, lanes that follow each
+// other, and a chunk beside steps are each one graph; the stock split (the one-row class off, pad
+// rows) makes one graph per run of consecutive lanes, which shows the count counts.
+std::unique_ptr<Engine> OpenCounting(const std::string& family, std::atomic<uint64_t>* graphs) {
+  auto o = env::ServerLayout(family, /*flash_attn=*/true, /*lanes=*/5, /*n_ctx=*/5 * 256);
+  o.context.graph_count = graphs;
+  auto e = Engine::Open(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+TEST(RaggedSteps, AStepIsOneGraph) {
+  REQUIRE_RAGGED_SPLIT();
+  for (const char* family : {"llama", "gemma3", "deepseek2", "qwen3next"}) {
+    SCOPED_TRACE(family);
+    std::atomic<uint64_t> graphs{0};
+    auto e = OpenCounting(family, &graphs);
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->CanStepLanesApart());
+    const auto tokens = env::Tokens(*e, 40);
+    for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(static_cast<size_t>(8 + l)), 0).ok());
+    auto graphs_for = [&](const std::vector<int32_t>& lanes) -> uint64_t {
+      std::vector<Engine::DecodeStepIn> steps;
+      for (int32_t l : lanes) steps.push_back({l, tokens[static_cast<size_t>(l)], e->SequenceLength(l)});
+      const uint64_t before = graphs.load();
+      auto r = e->DecodeStep(steps);
+      EXPECT_TRUE(r.ok()) << r.status();
+      return graphs.load() - before;
+    };
+    EXPECT_EQ(graphs_for({0, 2, 4}), 1u);
+    EXPECT_EQ(graphs_for({4, 1}), 1u);
+    EXPECT_EQ(graphs_for({1, 2, 3}), 1u);
+    EXPECT_EQ(graphs_for({0, 1, 2, 3, 4}), 1u);
+    if (e->CanStepWithChunk()) {
+      const std::vector<Engine::DecodeStepIn> steps = {{0, tokens[1], e->SequenceLength(0)},
+                                                       {4, tokens[1], e->SequenceLength(4)}};
+      const uint64_t before = graphs.load();
+      auto r = e->DecodeStepWithChunk(steps, {2, std::span(tokens).subspan(20, 7), e->SequenceLength(2), true});
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(graphs.load() - before, 1u) << "a chunk of 7 rows beside two steps";
+    }
+  }
+  ASSERT_TRUE(skippy::runtime::SetOneRowClass(false));
+  std::atomic<uint64_t> graphs{0};
+  auto e = OpenCounting("llama", &graphs);
+  ASSERT_NE(e, nullptr);
+  ASSERT_FALSE(e->CanStepLanesApart());
+  const auto tokens = env::Tokens(*e, 40);
+  for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(8), 0).ok());
+  auto graphs_for = [&](const std::vector<int32_t>& lanes) -> uint64_t {
+    std::vector<Engine::DecodeStepIn> steps;
+    for (int32_t l : lanes) steps.push_back({l, tokens[1], e->SequenceLength(l)});
+    const uint64_t before = graphs.load();
+    EXPECT_TRUE(e->DecodeStep(steps).ok());
+    return graphs.load() - before;
+  };
+  EXPECT_EQ(graphs_for({0, 2, 4}), 3u) << "the stock split: one graph per run";
+  EXPECT_EQ(graphs_for({0, 1, 3}), 2u);
+  EXPECT_EQ(graphs_for({1, 2, 3}), 1u);
 }
 
 // Bad steps are refused before llama.cpp sees them, and leave every lane as it was.

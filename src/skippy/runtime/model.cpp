@@ -1,6 +1,7 @@
 #include "skippy/runtime/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -104,6 +105,15 @@ StatusOr<ggml_type> ParseKvType(const std::string& name) {
   return absl::InvalidArgumentError(StrCat("unknown KV cache type '", name, "' (f32, f16, bf16, q8_0, q4_0, ...)"));
 }
 
+// ContextOptions::graph_count's eval callback: every graph of a decoder ends in one
+// "result_output" node (the logits); asked about each node before it runs, it needs none.
+bool CountGraphs(ggml_tensor* t, bool ask, void* user_data) {
+  if (ask && std::strcmp(t->name, "result_output") == 0) {
+    static_cast<std::atomic<uint64_t>*>(user_data)->fetch_add(1, std::memory_order_relaxed);
+  }
+  return !ask;
+}
+
 }  // namespace
 
 StatusOr<std::vector<Token>> Model::Tokenize(std::string_view text, bool add_special, bool parse_special) const {
@@ -171,6 +181,10 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Model& model, const Con
   cp.kv_unified = options.kv_unified;
   cp.swa_full = options.swa_full;
   cp.no_perf = true;
+  if (options.graph_count != nullptr) {
+    cp.cb_eval = CountGraphs;
+    cp.cb_eval_user_data = options.graph_count;
+  }
   llama_context* ctx = llama_init_from_model(model.raw(), cp);
   if (ctx == nullptr) {
     return absl::InvalidArgumentError(StrCat("llama.cpp cannot create a context: ", TakeLlamaLogTail()));
