@@ -30,8 +30,9 @@ namespace env = skippy::testing_env;
       !skippy::runtime::RaggedSplitAvailable())                                                        \
   GTEST_SKIP() << "this llama.cpp build has no one-row class or ragged split (built without the patch series)"
 
-std::unique_ptr<Engine> Open(const std::string& path_or_family, bool flash_attn, uint32_t lanes) {
-  return env::OpenServerLayout(path_or_family, flash_attn, lanes);
+std::unique_ptr<Engine> Open(const std::string& path_or_family, bool flash_attn, uint32_t lanes,
+                             std::atomic<uint64_t>* graphs = nullptr) {
+  return env::OpenServerLayout(path_or_family, flash_attn, lanes, graphs);
 }
 
 // Four lanes of unequal lengths; chunks of 1, 7 and 40 rows into one lane (not always the lowest
@@ -125,7 +126,8 @@ TEST(MixedSteps, EveryRowIsComputedAsAloneOnQuantizedWeights) {
 void ExpectLanesApartAsAlone(const std::string& model) {
   for (bool fa : {true, false}) {
     SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
-    auto e = Open(model, fa, 5);
+    std::atomic<uint64_t> graphs{0};
+    auto e = Open(model, fa, 5, &graphs);
     ASSERT_NE(e, nullptr);
     ASSERT_TRUE(e->CanStepLanesApart());
     const auto tokens = env::Tokens(*e, 400);
@@ -168,8 +170,10 @@ void ExpectLanesApartAsAlone(const std::string& model) {
       ASSERT_TRUE(next_alone.ok()) << next_alone.status();
       // Together: one step of the lanes apart.
       fill();
+      const uint64_t graphs_before = graphs.load();
       auto together = e->DecodeStep(steps);
       ASSERT_TRUE(together.ok()) << together.status();
+      EXPECT_EQ(graphs.load() - graphs_before, 1u) << "lanes apart in one graph";
       ASSERT_EQ(together->size(), steps.size());
       for (size_t i = 0; i < steps.size(); ++i) {
         EXPECT_TRUE(env::SameBytes((*together)[i], alone[i])) << "lane " << steps[i].lane << "'s step differs";
@@ -206,22 +210,14 @@ TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
 }
 
 // One graph per step, counted (ContextOptions::graph_count): lanes apart, lanes that follow each
-// other, and a chunk beside steps are each one graph; the stock split (the one-row class off, pad
+// other (in order or not), and a chunk beside steps are each one graph; the stock split (the one-row class off, pad
 // rows) makes one graph per run of consecutive lanes, which shows the count counts.
-std::unique_ptr<Engine> OpenCounting(const std::string& family, std::atomic<uint64_t>* graphs) {
-  auto o = env::ServerLayout(family, /*flash_attn=*/true, /*lanes=*/5, /*n_ctx=*/5 * 256);
-  o.context.graph_count = graphs;
-  auto e = Engine::Open(o);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? std::move(*e) : nullptr;
-}
-
 TEST(RaggedSteps, AStepIsOneGraph) {
   REQUIRE_RAGGED_SPLIT();
   for (const char* family : {"llama", "gemma3", "deepseek2", "qwen3next"}) {
     SCOPED_TRACE(family);
     std::atomic<uint64_t> graphs{0};
-    auto e = OpenCounting(family, &graphs);
+    auto e = Open(family, /*flash_attn=*/true, 5, &graphs);
     ASSERT_NE(e, nullptr);
     ASSERT_TRUE(e->CanStepLanesApart());
     const auto tokens = env::Tokens(*e, 40);
@@ -236,6 +232,7 @@ TEST(RaggedSteps, AStepIsOneGraph) {
     };
     EXPECT_EQ(graphs_for({0, 2, 4}), 1u);
     EXPECT_EQ(graphs_for({4, 1}), 1u);
+    EXPECT_EQ(graphs_for({3, 2}), 1u) << "lanes that follow each other, out of order";
     EXPECT_EQ(graphs_for({1, 2, 3}), 1u);
     EXPECT_EQ(graphs_for({0, 1, 2, 3, 4}), 1u);
     if (e->CanStepWithChunk()) {
@@ -249,7 +246,7 @@ TEST(RaggedSteps, AStepIsOneGraph) {
   }
   ASSERT_TRUE(skippy::runtime::SetOneRowClass(false));
   std::atomic<uint64_t> graphs{0};
-  auto e = OpenCounting("llama", &graphs);
+  auto e = Open("llama", /*flash_attn=*/true, 5, &graphs);
   ASSERT_NE(e, nullptr);
   ASSERT_FALSE(e->CanStepLanesApart());
   const auto tokens = env::Tokens(*e, 40);

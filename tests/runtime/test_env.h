@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -49,10 +50,12 @@ inline runtime::EngineOptions ServerLayout(std::string_view family, bool flash_a
 }
 // An engine in the server's layout on a zoo family (a key) or a GGUF (a path), 1024 cells per lane;
 // null, with a test failure, where it does not open.
+// `graphs`, when set, counts the graphs it computes (ContextOptions::graph_count).
 inline std::unique_ptr<runtime::Engine> OpenServerLayout(const std::string& path_or_family, bool flash_attn,
-                                                         uint32_t lanes) {
+                                                         uint32_t lanes, std::atomic<uint64_t>* graphs = nullptr) {
   auto o = ServerLayout(path_or_family, flash_attn, lanes, /*n_ctx=*/1024 * lanes);
   if (path_or_family.find('/') != std::string::npos) o.model_path = path_or_family;
+  o.context.graph_count = graphs;
   auto e = runtime::Engine::Open(o);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;

@@ -14,15 +14,14 @@ using cache::PayloadKind;
 
 namespace {
 
-// Whether the lanes' ids make one run (2, 3, 4, in any order): llama.cpp's equal split then puts
-// their rows in one ubatch by itself. Requires distinct lanes.
+// Whether the lanes' ids make one ascending run (2, 3, 4): llama.cpp's equal split then puts their
+// rows in one ubatch by itself. It takes a token's sequence only when its id is the last one's
+// plus one, in batch order, so 3, 2 would be two ubatches there.
 bool LanesFollowEachOther(std::span<const Engine::DecodeStepIn> steps) {
-  int32_t lo = steps.front().lane, hi = lo;
-  for (const Engine::DecodeStepIn& s : steps) {
-    lo = std::min(lo, s.lane);
-    hi = std::max(hi, s.lane);
+  for (size_t i = 1; i < steps.size(); ++i) {
+    if (steps[i].lane != steps[0].lane + static_cast<int32_t>(i)) return false;
   }
-  return static_cast<size_t>(hi - lo) + 1 == steps.size();
+  return true;
 }
 
 }  // namespace
@@ -159,7 +158,8 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
     }
     if (s.pos + static_cast<int32_t>(rows_per_lane) > LaneCapacity()) {
       return absl::InvalidArgumentError(
-          StrCat("lane ", s.lane, ": no cell for the pad row after position ", s.pos, " (", LaneCapacity(), " cells)"));
+          StrCat("lane ", s.lane, ": no cell for ", rows_per_lane == 2 ? "the pad row after" : "a token at", " position ",
+                 s.pos, " (", LaneCapacity(), " cells)"));
     }
     // The pad row is an output too: the vocabulary projection then always has 2+ rows (one row
     // takes another kernel path).
@@ -189,9 +189,10 @@ StatusOr<std::vector<std::vector<float>>> Engine::DecodeStep(std::span<const Dec
 }
 
 bool Engine::CanStepLanesApart() const {
-  // Equal runs (one row per lane): a hybrid's recurrent state takes them too.
-  return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified &&
-         (!model_->is_recurrent() || model_->is_hybrid()) && !family_.learned && !family_.family_key.empty();
+  // Equal runs (one row per lane): a hybrid's recurrent state takes them too. llama.cpp's
+  // is_recurrent is false for hybrids (is_hybrid): this leaves out models without attention.
+  return OneRowClass() && RaggedSplitAvailable() && !options_.context.kv_unified && !model_->is_recurrent() &&
+         !family_.learned && !family_.family_key.empty();
 }
 
 bool Engine::CanStepWithChunk() const {

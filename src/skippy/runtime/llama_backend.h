@@ -47,9 +47,11 @@ bool OneRowClass();
 
 // The ragged split (the patch series' libllama switch, llama_batch_set_ragged_split): a
 // llama_decode whose rows belong to several sequences in runs of unequal lengths (a prompt chunk
-// of one lane and a generated token of others) runs as one ubatch, each run computed as in a
+// of one lane and a generated token of others), or in runs of one row whose sequence ids do not
+// follow each other (lanes 0, 2, 4 stepping), runs as one ubatch, each run computed as in a
 // ubatch of its own, where the stock split makes several. Only for a context with one KV stream
-// per sequence and attention-only memory (Engine::DecodeStepWithChunk checks). Per thread: a
+// per sequence, and attention-only memory where runs are unequal; hybrid memory takes equal runs
+// (Engine::CanStepWithChunk and CanStepLanesApart check). Per thread: a
 // ScopedRaggedSplit applies to the llama_decode calls its thread makes while it lives, and
 // nothing else (another thread's decode, a stock llama-server) sees it. Available where the
 // loaded libllama exports it (the bootstrap's patched build).

@@ -108,10 +108,11 @@ struct ContextOptions {
   // Persistent CPU threadpool with hybrid polling (llama-server's default, --poll 50): without it
   // every decode starts and joins its worker threads, which costs about a millisecond per token.
   int poll = 50;
-  // When set, incremented once for every graph llama.cpp computes in this context (one per
-  // ubatch of a llama_decode), through its eval callback; the caller keeps it alive while the
-  // context lives. For tests and diagnostics: it asks to see no tensor, so each graph is still
-  // computed in one piece.
+  // When set, incremented once for every decoder graph llama.cpp computes in this context (one per
+  // ubatch of a llama_decode), through its eval callback: it counts graphs holding the node named
+  // "result_output" (the logits, in every architecture of the family table), so a K-shift or other
+  // memory update graph is not counted. The caller keeps it alive while the context lives. For
+  // tests and diagnostics: it asks to see no tensor, so each graph is still computed in one piece.
   std::atomic<uint64_t>* graph_count = nullptr;
 };
 
