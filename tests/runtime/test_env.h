@@ -28,7 +28,7 @@ inline std::string ZooFile(std::string_view key) { return StrCat(ZooDir(), "/", 
 // as there are cores (scripts/test.sh), and two spinning two-thread pools on two cores make each
 // test several times slower (a barrier waits on a thread that is not running). The production
 // default, two, is covered by the runtime.two_threads test, which ctest runs alone
-// (SKIPPY_TEST_THREADS=2, PROCESSORS 2).
+// (SKIPPY_TEST_THREADS=2, RUN_SERIAL).
 inline int Threads() {
   if (const char* v = std::getenv("SKIPPY_TEST_THREADS")) return std::max(1, std::atoi(v));
   return 1;
