@@ -521,6 +521,23 @@ TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
 // for 300, so once it is done lanes 0, 2 and 3 decode, whose ids do not follow each other, in one
 // graph. Every answer's tokens and log-probabilities equal a --no-cache server's asked one at a
 // time, on that server and on a cache-on one, dense and hybrid.
+// reqs sent 30 ms apart (so they take lanes 0, 1, ... in turn), each from a thread of its own, and
+// every answer compared with alone's: tokens and log-probabilities.
+template <size_t N>
+void ExpectStaggeredAsAlone(ServerProcess& server, const std::array<json, N>& reqs, const std::array<json, N>& alone) {
+  std::array<json, N> together;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < N; ++i) {
+    threads.emplace_back([&, i] { together[i] = AskGreedy(server, reqs[i]); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < N; ++i) {
+    EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
+    EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
+  }
+}
+
 void ExpectRaggedStepsChangeNoAnswer(const std::string& family) {
   SCOPED_TRACE(family);
   // --lane-groups all: every decoding lane steps in one group, whatever a startup measure on a
@@ -547,17 +564,7 @@ void ExpectRaggedStepsChangeNoAnswer(const std::string& family) {
   for (ServerProcess* server : {off.get(), on.get()}) {
     // Tiny models decode fast: try again if the lanes did not overlap as planned.
     for (int attempt = 0; attempt < 5 && ragged(*server).value("steps", 0) == 0; ++attempt) {
-      std::array<json, 4> together;
-      std::vector<std::thread> threads;
-      for (int i = 0; i < 4; ++i) {
-        threads.emplace_back([&, i] { together[i] = AskGreedy(*server, reqs[i]); });
-        std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      }
-      for (std::thread& t : threads) t.join();
-      for (int i = 0; i < 4; ++i) {
-        EXPECT_EQ(together[i]["tokens"], alone[i]["tokens"]) << "request " << i;
-        EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
-      }
+      ExpectStaggeredAsAlone(*server, reqs, alone);
     }
     EXPECT_GT(ragged(*server).value("steps", 0), 0) << "no step of lanes apart";
   }
@@ -579,18 +586,10 @@ TEST(RaggedSteps, TheSwitchAndTwoLanesKeepRuns) {
   EXPECT_TRUE(o.value("on", false)) << o.dump();
   EXPECT_FALSE(o["ragged_steps"].value("on", true)) << o.dump();
   EXPECT_EQ(o["ragged_steps"].value("reason", std::string()), "off (--ragged-steps off)");
-  std::array<json, 3> reqs, alone, together;
+  std::array<json, 3> reqs, alone;
   for (int i = 0; i < 3; ++i) reqs[i] = {{"prompt", Words(70 + i, 20 + 10 * i)}, {"n_predict", i == 1 ? 30 : 200}};
   for (int i = 0; i < 3; ++i) alone[i] = AskGreedy(*off, reqs[i]);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&, i] { together[i] = AskGreedy(*off, reqs[i]); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  }
-  for (std::thread& th : threads) th.join();
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(together[i]["completion_probabilities"], alone[i]["completion_probabilities"]) << "request " << i;
-  }
+  ExpectStaggeredAsAlone(*off, reqs, alone);
   const json after = json::parse(off->Client()->Get("/cache/stats")->body)["lane_batching"];
   EXPECT_GT(after.value("steps_together", 0), 0) << after.dump();
   EXPECT_EQ(after["ragged_steps"].value("steps", -1), 0) << after.dump();
