@@ -209,6 +209,16 @@ TEST(RaggedSteps, LanesApartStepAsAloneOnQuantizedWeights) {
   }
 }
 
+// The graphs a DecodeStep of `lanes` (each appending `token`) computes, by `graphs`.
+uint64_t GraphsOfStep(Engine& e, const std::atomic<uint64_t>& graphs, const std::vector<int32_t>& lanes, Token token) {
+  std::vector<Engine::DecodeStepIn> steps;
+  for (int32_t l : lanes) steps.push_back({l, token, e.SequenceLength(l)});
+  const uint64_t before = graphs.load();
+  auto r = e.DecodeStep(steps);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return graphs.load() - before;
+}
+
 // One graph per step, counted (ContextOptions::graph_count): lanes apart, lanes that follow each
 // other (in order or not), and a chunk beside steps are each one graph; the stock split (the one-row class off, pad
 // rows) makes one graph per run of consecutive lanes, which shows the count counts.
@@ -222,14 +232,7 @@ TEST(RaggedSteps, AStepIsOneGraph) {
     ASSERT_TRUE(e->CanStepLanesApart());
     const auto tokens = env::Tokens(*e, 40);
     for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(static_cast<size_t>(8 + l)), 0).ok());
-    auto graphs_for = [&](const std::vector<int32_t>& lanes) -> uint64_t {
-      std::vector<Engine::DecodeStepIn> steps;
-      for (int32_t l : lanes) steps.push_back({l, tokens[static_cast<size_t>(l)], e->SequenceLength(l)});
-      const uint64_t before = graphs.load();
-      auto r = e->DecodeStep(steps);
-      EXPECT_TRUE(r.ok()) << r.status();
-      return graphs.load() - before;
-    };
+    auto graphs_for = [&](const std::vector<int32_t>& lanes) { return GraphsOfStep(*e, graphs, lanes, tokens[1]); };
     EXPECT_EQ(graphs_for({0, 2, 4}), 1u);
     EXPECT_EQ(graphs_for({4, 1}), 1u);
     EXPECT_EQ(graphs_for({3, 2}), 1u) << "lanes that follow each other, out of order";
@@ -251,13 +254,7 @@ TEST(RaggedSteps, AStepIsOneGraph) {
   ASSERT_FALSE(e->CanStepLanesApart());
   const auto tokens = env::Tokens(*e, 40);
   for (int32_t l = 0; l < 5; ++l) ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(8), 0).ok());
-  auto graphs_for = [&](const std::vector<int32_t>& lanes) -> uint64_t {
-    std::vector<Engine::DecodeStepIn> steps;
-    for (int32_t l : lanes) steps.push_back({l, tokens[1], e->SequenceLength(l)});
-    const uint64_t before = graphs.load();
-    EXPECT_TRUE(e->DecodeStep(steps).ok());
-    return graphs.load() - before;
-  };
+  auto graphs_for = [&](const std::vector<int32_t>& lanes) { return GraphsOfStep(*e, graphs, lanes, tokens[1]); };
   EXPECT_EQ(graphs_for({0, 2, 4}), 3u) << "the stock split: one graph per run";
   EXPECT_EQ(graphs_for({0, 1, 3}), 2u);
   EXPECT_EQ(graphs_for({1, 2, 3}), 1u);

@@ -187,7 +187,7 @@ TEST(CertifyBadInput, PartialLayerRangeIsUnimplemented) {
 }
 
 int RunCli(const std::string& args) {
-  const int rc = std::system((env::CorrectnessBin() + " state-handoff --threads 1 " + args + " >/dev/null 2>&1").c_str());
+  const int rc = std::system(StrCat(env::CorrectnessBin(), " state-handoff --threads ", env::Threads(), " ", args, " >/dev/null 2>&1").c_str());
   return WEXITSTATUS(rc);
 }
 

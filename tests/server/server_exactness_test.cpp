@@ -516,11 +516,6 @@ TEST(LaneBatching, LanesStepInTheGroupsMeasuredCheapest) {
   }
 }
 
-// Ragged steps (the default with lanes together on an attention-only or hybrid model): four
-// requests sent 30 ms apart take lanes 0-3 in turn; the second asks for 80 tokens and the others
-// for 300, so once it is done lanes 0, 2 and 3 decode, whose ids do not follow each other, in one
-// graph. Every answer's tokens and log-probabilities equal a --no-cache server's asked one at a
-// time, on that server and on a cache-on one, dense and hybrid.
 // reqs sent 30 ms apart (so they take lanes 0, 1, ... in turn), each from a thread of its own, and
 // every answer compared with alone's: tokens and log-probabilities.
 template <size_t N>
@@ -538,6 +533,11 @@ void ExpectStaggeredAsAlone(ServerProcess& server, const std::array<json, N>& re
   }
 }
 
+// Ragged steps (the default with lanes together on an attention-only or hybrid model): four
+// requests sent 30 ms apart take lanes 0-3 in turn; the second asks for 80 tokens and the others
+// for 300, so once it is done lanes 0, 2 and 3 decode, whose ids do not follow each other, in one
+// graph. Every answer's tokens and log-probabilities equal a --no-cache server's asked one at a
+// time, on that server and on a cache-on one, dense and hybrid.
 void ExpectRaggedStepsChangeNoAnswer(const std::string& family) {
   SCOPED_TRACE(family);
   // --lane-groups all: every decoding lane steps in one group, whatever a startup measure on a

@@ -72,8 +72,9 @@ StatusOr<LoneStepCost> MeasureLoneStep(runtime::Engine& engine, size_t max_conte
 // sequences into one ubatch, so without `ragged` lanes whose ids do not follow each other are never
 // grouped (they would run as separate graphs anyway); with it (Engine::CanStepLanesApart: one graph
 // for any lanes, which costs about what a step of as many consecutive lanes costs: within 4% on the
-// bench models, 10% more on Falcon-H1, docs/evidence/ragged-steps/) all of `lanes` are one run. Each run is cut into groups of at most step_ms.size() lanes whose costs add up to the least
-// (a tie goes to fewer groups). With no costs, every run is one group.
+// bench models, 10% more on Falcon-H1, docs/evidence/ragged-steps/) all of `lanes` are one run.
+// Each run is cut into groups of at most step_ms.size() lanes whose costs add up to the least (a
+// tie goes to fewer groups). With no costs, every run is one group.
 std::vector<std::vector<int32_t>> DecodeGroups(std::span<const int32_t> lanes, std::span<const double> step_ms,
                                                bool ragged = false);
 
