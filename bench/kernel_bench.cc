@@ -8,12 +8,19 @@
 //   Prefill   a cold prefill of TOKENS tokens in batches of 512 (one lane, cleared first), the
 //             last batch with an output row
 //   Decode    32 greedy one-token decodes after a 256-token prefix (not timed), ms per token
+//   Suffix    a SUFFIX-token prefill (SKIPPY_BENCH_SUFFIX, default 16) after a 1,024-token prefix
+//             (not timed), with its output row: what a prefix hit prefills (a stock llama-server
+//             computes batches under 64 rows with flash attention's one-row path, row by row)
+//   FlashAttn/N  no model: one flash attention op of N query rows over 1,040 F16 cells, causal
+//             mask, in the shape SKIPPY_BENCH_FA_SHAPE="DK,HEADS,KV_HEADS" (default 256,4,1: bench
+//             Gemma3; 64,16,4 is bench Llama), microseconds per op (median of 50)
 //   Q6KColumns/N  no model: the patch series' Q6_K column kernel (ggml_vec_dot_q6_K_q8_K_cols,
 //             x86 AVX2) against N one-row calls, over 65,536 x 1,024 random Q6_K weights (54 MB,
 //             past this machine's caches) on one thread; it first checks that every column has
 //             the one-row bits
 // Each repetition runs both kernel sets back to back (alternating which goes first) and reports
-// stock_ms, invariant_ms and their ratio; the median ratio over repetitions is the cost.
+// stock_ms, invariant_ms and their ratio (FlashAttn: microseconds in those fields); the median
+// ratio over repetitions is the cost.
 //
 // The switch is flipped between decodes, never during one: llama.cpp plans the CPU graph
 // (and sizes its work buffer) at every compute, so each decode runs wholly on one kernel set.
@@ -23,6 +30,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpu.h"
 #include "ggml.h"
 #include "skippy/runtime/engine.h"
 #include "skippy/runtime/llama_backend.h"
@@ -134,6 +143,69 @@ void Decode(benchmark::State& state) {
   });
 }
 
+// A short prefill after a long prefix: the prefix is computed again before each timed suffix (a
+// sliding-window lane cannot be cut back to it).
+void Suffix(benchmark::State& state) {
+  Engine& e = TheEngine();
+  const auto prefix = Tokens(1024);
+  const auto all = Tokens(1024 + static_cast<size_t>(std::atoi(Env("SKIPPY_BENCH_SUFFIX", "16").c_str())));
+  const std::span<const Token> suffix = std::span(all).subspan(prefix.size());
+  Pair(state, [&] {
+    (void)e.Clear(0);
+    if (!e.Prefill(0, prefix, 0).ok()) return -1.0;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto logits = e.Decode(0, suffix, static_cast<int32_t>(prefix.size()));
+    return logits.ok() ? Ms(std::chrono::steady_clock::now() - t0) : -1.0;
+  });
+  state.counters["rows"] = static_cast<double>(suffix.size());
+}
+
+// One flash attention op, F32 queries over an F16 cache (what llama.cpp computes per layer).
+void FlashAttn(benchmark::State& state) {
+  skippy::runtime::EnsureLlamaBackend();
+  int dk = 256, heads = 4, kv_heads = 1;
+  if (std::sscanf(Env("SKIPPY_BENCH_FA_SHAPE", "256,4,1").c_str(), "%d,%d,%d", &dk, &heads, &kv_heads) != 3) {
+    state.SkipWithError("SKIPPY_BENCH_FA_SHAPE is DK,HEADS,KV_HEADS");
+    return;
+  }
+  constexpr int kCells = 1040;
+  const int rows = static_cast<int>(state.range(0));
+  ggml_init_params params{};
+  params.mem_size = 512u << 20;
+  ggml_context* ctx = ggml_init(params);
+  ggml_tensor* q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, dk, rows, heads);
+  ggml_tensor* k = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, dk, kCells, kv_heads);
+  ggml_tensor* v = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, dk, kCells, kv_heads);
+  ggml_tensor* mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, kCells, rows);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < ggml_nelements(q); ++i) static_cast<float*>(q->data)[i] = normal(rng);
+  for (ggml_tensor* t : {k, v}) {
+    for (int64_t i = 0; i < ggml_nelements(t); ++i) static_cast<ggml_fp16_t*>(t->data)[i] = ggml_fp32_to_fp16(normal(rng));
+  }
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < kCells; ++c) {
+      static_cast<ggml_fp16_t*>(mask->data)[r * kCells + c] = ggml_fp32_to_fp16(c <= kCells - rows + r ? 0.0f : -INFINITY);
+    }
+  }
+  ggml_tensor* out = ggml_flash_attn_ext(ctx, q, k, v, mask, 0.1f, 0.0f, 0.0f);
+  ggml_flash_attn_ext_set_prec(out, GGML_PREC_F32);
+  ggml_cgraph* graph = ggml_new_graph(ctx);
+  ggml_build_forward_expand(graph, out);
+  const int threads = std::atoi(Env("SKIPPY_BENCH_THREADS", "2").c_str());
+  Pair(state, [&] {
+    std::vector<double> us;
+    for (int i = 0; i < 50; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (ggml_graph_compute_with_ctx(ctx, graph, threads) != GGML_STATUS_SUCCESS) return -1.0;
+      us.push_back(Ms(std::chrono::steady_clock::now() - t0) * 1000.0);
+    }
+    std::nth_element(us.begin(), us.begin() + 25, us.end());
+    return us[25];
+  });
+  ggml_free(ctx);
+}
+
 // The Q6_K column kernel: N one-row dot products per weight row against one call for N columns.
 void Q6KColumns(benchmark::State& state) {
   using DotFn = void (*)(int, float*, size_t, const void*, size_t, const void*, size_t, int);
@@ -205,6 +277,8 @@ void Q6KColumns(benchmark::State& state) {
 
 BENCHMARK(Prefill)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(Decode)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Suffix)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(FlashAttn)->Arg(2)->Arg(16)->Arg(64)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(Q6KColumns)->DenseRange(1, 8)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

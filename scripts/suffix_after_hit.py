@@ -2,7 +2,8 @@
 """What a short prompt suffix after a prefix hit costs a server, flash attention on and off.
 
     scripts/suffix_after_hit.py MODEL.gguf OUT.json [--server llama-server|skippy-server]
-                                [--runs N] [--threads T] [--port P]
+                                [--runs N] [--threads T] [--port P] [--fa on|off|both]
+                                [--server-arg=ARG ...]
 
 Starts build/bin/llama-server (one slot; the default) or build/bin/skippy-server (one lane), with
 a 2048-token context, once with `-fa on` and once with `-fa off`, one at a time. Each time: a
@@ -25,13 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def main():
     ap = model_arguments(__doc__, runs=5, port=18700)
     ap.add_argument("--server", choices=["llama-server", "skippy-server"], default="llama-server")
+    ap.add_argument("--fa", choices=["on", "off", "both"], default="both")
+    ap.add_argument("--server-arg", action="append", default=[], help="one more argument for the server")
     a = parse_model_arguments(ap)
     doc = "Doc: " + " ".join(f"w{(i * 7) % 211} x" for i in range(250))
-    result = {"model": a.model, "server": a.server, "threads": a.threads, "runs": a.runs, "flash_attn": {}}
-    for fa in ("on", "off"):
+    result = {"model": a.model, "server": a.server, "server_args": a.server_arg, "threads": a.threads,
+              "runs": a.runs, "flash_attn": {}}
+    for fa in (("on", "off") if a.fa == "both" else (a.fa,)):
         cmd = [str(ROOT / "build/bin" / a.server), "-m", a.model, "--host", "127.0.0.1", "--port", str(a.port),
                "-t", str(a.threads), "-c", "2048", "-fa", fa]
         cmd += ["-np", "1", "--no-webui"] if a.server == "llama-server" else ["--runtime-lane-count", "1"]
+        cmd += a.server_arg
         proc = start(cmd, a.port)
         try:
             samples = []
