@@ -1,7 +1,7 @@
 // One graph through the patch series' ragged split: steps with a prompt chunk
-// (Engine::DecodeStepWithChunk: a prompt chunk of one lane and the generated tokens of others in one
-// llama_decode) and steps of lanes whose ids do not follow each other (Engine::DecodeStep).
-// Every row must come out as it does alone: the chunk's last logits as Decode's, each lane's step
+// (Engine::DecodeStepWithChunks: prompt chunks of some lanes and the generated tokens of others in
+// one llama_decode) and steps of lanes whose ids do not follow each other (Engine::DecodeStep).
+// Every row must come out as it does alone: each chunk's last logits as Decode's, each lane's step
 // as DecodeStep's alone, each lane's exported state byte for byte, and the next step's logits;
 // on dense, sliding-window and MLA families (and hybrids for lanes apart), F16 and Q4_K_M, flash
 // attention on and off. Each test switches the one-row class on before its first model
@@ -36,7 +36,8 @@ std::unique_ptr<Engine> Open(const std::string& path_or_family, bool flash_attn,
 }
 
 // Four lanes of unequal lengths; chunks of 1, 7 and 40 rows into one lane (not always the lowest
-// id) beside one to three stepping lanes, compared with the same rows alone. Then the startup check.
+// id) beside one to three stepping lanes, and chunks into two or three lanes (not in lane order)
+// beside none or some, compared with the same rows alone. Then the startup check.
 void ExpectEveryRowAsAlone(const std::string& model) {
   for (bool fa : {true, false}) {
     SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
@@ -46,24 +47,33 @@ void ExpectEveryRowAsAlone(const std::string& model) {
     const auto tokens = env::Tokens(*e, 400);
     const int32_t lengths[4] = {300, 37, 180, 5};
     struct Case {
-      int32_t chunk_lane;
-      size_t chunk_rows;
+      std::vector<std::pair<int32_t, size_t>> chunks;  // lane, rows
       std::vector<int32_t> stepping;
     };
-    const Case cases[] = {{0, 40, {1, 2, 3}}, {2, 7, {0}}, {3, 1, {1, 2}}, {1, 40, {3}}};
+    const Case cases[] = {{{{0, 40}}, {1, 2, 3}}, {{{2, 7}}, {0}},        {{{3, 1}}, {1, 2}},
+                          {{{1, 40}}, {3}},       {{{0, 40}, {2, 7}}, {1, 3}}, {{{3, 1}, {1, 40}}, {}},
+                          {{{2, 7}, {0, 40}, {3, 1}}, {1}}};
     for (const Case& c : cases) {
-      SCOPED_TRACE(StrCat("chunk of ", c.chunk_rows, " into lane ", c.chunk_lane));
+      std::string what;
+      for (const auto& [lane, rows] : c.chunks) what += StrCat(" ", rows, " rows into lane ", lane);
+      SCOPED_TRACE(StrCat("chunks of", what));
       for (int32_t l = 0; l < 4; ++l) {
         ASSERT_TRUE(e->Clear(l).ok());
         ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(static_cast<size_t>(lengths[l])), 0).ok());
       }
-      const std::span<const Token> chunk =
-          std::span(tokens).subspan(static_cast<size_t>(lengths[c.chunk_lane]), c.chunk_rows);
+      std::vector<Engine::ChunkIn> chunks;
+      for (const auto& [lane, rows] : c.chunks) {
+        chunks.push_back({lane, std::span(tokens).subspan(static_cast<size_t>(lengths[lane]), rows), lengths[lane], true});
+      }
       std::vector<Engine::DecodeStepIn> steps;
       for (int32_t l : c.stepping) steps.push_back({l, tokens[static_cast<size_t>(l) + 1], lengths[l]});
       // Alone.
-      auto chunk_alone = e->Decode(c.chunk_lane, chunk, lengths[c.chunk_lane]);
-      ASSERT_TRUE(chunk_alone.ok()) << chunk_alone.status();
+      std::vector<std::vector<float>> chunks_alone;
+      for (const Engine::ChunkIn& ch : chunks) {
+        auto one = e->Decode(ch.lane, ch.tokens, ch.pos);
+        ASSERT_TRUE(one.ok()) << one.status();
+        chunks_alone.push_back(std::move(*one));
+      }
       std::vector<std::vector<float>> steps_alone;
       for (const Engine::DecodeStepIn& s : steps) {
         auto one = e->DecodeStep(std::span(&s, 1));
@@ -82,9 +92,12 @@ void ExpectEveryRowAsAlone(const std::string& model) {
       ASSERT_TRUE(next_alone.ok()) << next_alone.status();
       for (int32_t l = 0; l < 4; ++l) ASSERT_TRUE(e->Truncate(l, lengths[l]).ok());
       // Together.
-      auto mixed = e->DecodeStepWithChunk(steps, {c.chunk_lane, chunk, lengths[c.chunk_lane], true});
+      auto mixed = e->DecodeStepWithChunks(steps, chunks);
       ASSERT_TRUE(mixed.ok()) << mixed.status();
-      EXPECT_TRUE(env::SameBytes(mixed->chunk, *chunk_alone)) << "the chunk's logits differ";
+      ASSERT_EQ(mixed->chunks.size(), chunks.size());
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        EXPECT_TRUE(env::SameBytes(mixed->chunks[i], chunks_alone[i])) << "lane " << chunks[i].lane << "'s chunk differs";
+      }
       ASSERT_EQ(mixed->steps.size(), steps.size());
       for (size_t i = 0; i < steps.size(); ++i) {
         EXPECT_TRUE(env::SameBytes(mixed->steps[i], steps_alone[i])) << "lane " << steps[i].lane << "'s step differs";
@@ -242,9 +255,16 @@ TEST(RaggedSteps, AStepIsOneGraph) {
       const std::vector<Engine::DecodeStepIn> steps = {{0, tokens[1], e->SequenceLength(0)},
                                                        {4, tokens[1], e->SequenceLength(4)}};
       const uint64_t before = graphs.load();
-      auto r = e->DecodeStepWithChunk(steps, {2, std::span(tokens).subspan(20, 7), e->SequenceLength(2), true});
+      const Engine::ChunkIn chunk{2, std::span(tokens).subspan(20, 7), e->SequenceLength(2), true};
+      auto r = e->DecodeStepWithChunks(steps, std::span(&chunk, 1));
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(graphs.load() - before, 1u) << "a chunk of 7 rows beside two steps";
+      const Engine::ChunkIn chunks[] = {{3, std::span(tokens).subspan(20, 5), e->SequenceLength(3), true},
+                                        {1, std::span(tokens).subspan(20, 9), e->SequenceLength(1), false}};
+      const uint64_t before_two = graphs.load();
+      auto two = e->DecodeStepWithChunks({}, chunks);
+      ASSERT_TRUE(two.ok()) << two.status();
+      EXPECT_EQ(graphs.load() - before_two, 1u) << "chunks of 5 and 9 rows into lanes 3 and 1";
     }
   }
   ASSERT_TRUE(skippy::runtime::SetOneRowClass(false));
@@ -269,30 +289,48 @@ TEST(MixedSteps, RefusesWhatItCannotStep) {
   for (int32_t l = 0; l < 3; ++l) ASSERT_TRUE(e->Prefill(l, std::span(tokens).first(10), 0).ok());
   const std::span<const Token> chunk = std::span(tokens).subspan(10, 8);
   const Engine::DecodeStepIn step1{1, tokens[1], 10}, step2{2, tokens[1], 10};
-  auto refused = [&](std::vector<Engine::DecodeStepIn> steps, Engine::ChunkIn c) {
-    auto r = e->DecodeStepWithChunk(steps, c);
+  auto refused = [&](std::vector<Engine::DecodeStepIn> steps, std::vector<Engine::ChunkIn> chunks) {
+    auto r = e->DecodeStepWithChunks(steps, chunks);
     EXPECT_FALSE(r.ok());
     for (int32_t l = 0; l < 3; ++l) EXPECT_EQ(e->SequenceLength(l), 10) << "lane " << l << " changed";
     return r.ok() ? absl::OkStatus() : r.status();
   };
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({}, {0, chunk, 10, true})));                 // nothing beside
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {0, {}, 10, true})));               // empty chunk
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {1, chunk, 10, true})));            // a lane twice
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1, step1}, {0, chunk, 10, true})));     // a step twice
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {0, chunk, 9, true})));             // not an append
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({{2, tokens[1], 11}}, {0, chunk, 10, true})));  // not an append
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({{7, tokens[1], 10}}, {0, chunk, 10, true})));  // no such lane
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({{2, -5, 10}}, {0, chunk, 10, true})));         // a bad token
+  const Engine::ChunkIn c0{0, chunk, 10, true};
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {})));                                // no chunk
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {{0, {}, 10, true}})));               // empty chunk
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {c0, {2, {}, 10, true}})));           // one empty of two
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {{1, chunk, 10, true}})));            // a lane twice
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({}, {c0, {0, chunk, 10, true}})));             // a chunk lane twice
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1, step1}, {c0})));                       // a step twice
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {{0, chunk, 9, true}})));             // not an append
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1}, {c0, {2, chunk, 11, true}})));        // not an append
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({{2, tokens[1], 11}}, {c0})));                 // not an append
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({{7, tokens[1], 10}}, {c0})));                 // no such lane
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({}, {c0, {7, chunk, 10, true}})));             // no such lane
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({{2, -5, 10}}, {c0})));                        // a bad token
   const uint32_t n_ubatch = e->context().options().n_ubatch;
   const std::span<const Token> too_long = std::span(tokens).subspan(10, n_ubatch);
-  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1, step2}, {0, too_long, 10, false})));  // past the ubatch
-  // And then a good one goes through.
-  auto ok = e->DecodeStepWithChunk(std::vector{step1, step2}, {0, chunk, 10, false});
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({step1, step2}, {{0, too_long, 10, false}})));  // past the ubatch
+  const std::span<const Token> half = std::span(tokens).subspan(10, n_ubatch / 2 + 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused({}, {{0, half, 10, false}, {1, half, 10, false}})));  // two past it
+  // And then good ones go through: a chunk beside two steps, and two chunks alone.
+  const Engine::ChunkIn quiet{0, chunk, 10, false};
+  auto ok = e->DecodeStepWithChunks(std::vector{step1, step2}, std::span(&quiet, 1));
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_TRUE(ok->chunk.empty());
+  ASSERT_EQ(ok->chunks.size(), 1u);
+  EXPECT_TRUE(ok->chunks[0].empty());
   EXPECT_EQ(ok->steps.size(), 2u);
   EXPECT_EQ(e->SequenceLength(0), 18);
   EXPECT_EQ(e->SequenceLength(1), 11);
+  const Engine::ChunkIn two[] = {{2, chunk, 11, true}, {1, chunk, 11, false}};
+  auto ok_two = e->DecodeStepWithChunks({}, two);
+  ASSERT_TRUE(ok_two.ok()) << ok_two.status();
+  ASSERT_EQ(ok_two->chunks.size(), 2u);
+  EXPECT_FALSE(ok_two->chunks[0].empty());
+  EXPECT_TRUE(ok_two->chunks[1].empty());
+  EXPECT_TRUE(ok_two->steps.empty());
+  EXPECT_EQ(e->SequenceLength(2), 19);
+  EXPECT_EQ(e->SequenceLength(1), 19);
 }
 
 // Hybrids keep their decode rows apart from chunks (their recurrent ops need equal runs).
@@ -305,7 +343,8 @@ TEST(MixedSteps, HybridsDoNotStepBesideAChunk) {
   ASSERT_TRUE(e->Prefill(0, std::span(tokens).first(10), 0).ok());
   ASSERT_TRUE(e->Prefill(1, std::span(tokens).first(10), 0).ok());
   const Engine::DecodeStepIn step{1, tokens[1], 10};
-  auto r = e->DecodeStepWithChunk(std::span(&step, 1), {0, std::span(tokens).subspan(10, 4), 10, true});
+  const Engine::ChunkIn chunk{0, std::span(tokens).subspan(10, 4), 10, true};
+  auto r = e->DecodeStepWithChunks(std::span(&step, 1), std::span(&chunk, 1));
   EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
   EXPECT_EQ(e->SequenceLength(0), 10);
   auto check = skippy::certify::CheckStepWithChunk(*e, 0, 1);

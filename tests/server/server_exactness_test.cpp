@@ -436,7 +436,7 @@ TEST(TpotSlo, HybridPrefillCutForTheDecodingLanesChangesNoAnswer) { ExpectTpotCu
 
 // Mixed steps (--mixed-steps on, with lanes together on an attention-only model): three
 // lanes decode 200 tokens each while a 1,200-word prompt arriving 50 ms later is prefilled beside
-// them, so its chunks carry their tokens (Engine::DecodeStepWithChunk, one graph). Every answer's
+// them, so its chunks carry their tokens (Engine::DecodeStepWithChunks, one graph). Every answer's
 // tokens and log-probabilities equal a --no-cache server's asked one at a time, on a --no-cache
 // and a cache-on server, for dense, sliding-window and MLA families.
 void ExpectMixedStepsChangeNoAnswer(const std::string& family) {
@@ -470,11 +470,64 @@ TEST(MixedSteps, AnAnswerDoesNotDependOnTheChunkBesideIt) {
   for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectMixedStepsChangeNoAnswer(family);
 }
 
+// Chunks together (--chunks-together all, with lanes together on an attention-only model: every
+// chunk of a turn that fits the ubatch; "on" leaves out those that do not pay, which on tiny models
+// is most): four requests whose prompts are a fixed part and a part new in each round, sent at once
+// to a four-lane server, so that their prompts (on the cache-on server after the first round, the
+// new parts after a hit) are one turn's chunks in one graph (Engine::DecodeStepWithChunks).
+// Every answer's tokens and log-probabilities equal a --no-cache server's asked one at a time, on
+// that server and on a cache-on one, for dense, sliding-window and MLA families.
+void ExpectChunksTogetherChangeNoAnswer(const std::string& family) {
+  SCOPED_TRACE(family);
+  const std::vector<std::string> layout = {"-c", "2048", "--runtime-lane-count", "4", "--lane-batching",
+                                           "--lane-groups", "all", "--chunks-together", "all"};
+  std::vector<std::string> off_flags = layout;
+  off_flags.push_back("--no-cache");
+  auto on = ServerProcess::Start(family, layout, "chunks-on");
+  auto off = ServerProcess::Start(family, off_flags, "chunks-off");
+  ASSERT_TRUE(on && off);
+  auto together = [](ServerProcess& p) { return json::parse(p.Client()->Get("/cache/stats")->body)["chunks_together"]; };
+  for (ServerProcess* server : {off.get(), on.get()}) {
+    const json c = together(*server);
+    ASSERT_TRUE(c.value("on", false)) << c.dump();
+    EXPECT_TRUE(c["check"].value("pass", false)) << c.dump();
+    EXPECT_TRUE(c["check"].value("chunks_together_equal", false)) << c.dump();
+  }
+  // Tiny models prefill a short prompt in about a millisecond: rounds until each server has run
+  // chunks together, every answer checked in every round.
+  for (int round = 0; round < 6 && (together(*off).value("groups", 0) == 0 || together(*on).value("groups", 0) == 0);
+       ++round) {
+    std::array<json, 4> reqs, alone;
+    for (int i = 0; i < 4; ++i) {
+      reqs[i] = {{"prompt", Words(80 + i, 30 + 15 * i) + " " + Words(100 + 4 * round + i, 8 + 5 * i)}, {"n_predict", 24}};
+      alone[i] = AskGreedy(*off, reqs[i]);
+    }
+    for (ServerProcess* server : {off.get(), on.get()}) {
+      std::array<json, 4> got;
+      std::vector<std::thread> threads;
+      for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { got[i] = AskGreedy(*server, reqs[i]); });
+      for (std::thread& t : threads) t.join();
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(got[i]["tokens"], alone[i]["tokens"]) << "request " << i << " round " << round;
+        EXPECT_EQ(got[i]["completion_probabilities"], alone[i]["completion_probabilities"])
+            << "request " << i << " round " << round;
+      }
+    }
+  }
+  EXPECT_GT(together(*off).value("groups", 0), 0) << "no chunks together on the --no-cache server";
+  EXPECT_GT(together(*on).value("groups", 0), 0) << "no chunks together on the cache-on server";
+}
+
+TEST(ChunksTogether, AnAnswerDoesNotDependOnTheChunksBesideIt) {
+  for (const char* family : {"llama", "gemma3", "deepseek2"}) ExpectChunksTogetherChangeNoAnswer(family);
+}
+
 // A hybrid's decoding lanes step apart from prompt chunks (its recurrent ops need equal runs), and
-// a dense model's do by default (--mixed-steps off); /cache/stats says why.
+// a dense model's do by default (--mixed-steps off); so do its lanes' chunks (--chunks-together);
+// /cache/stats says why.
 TEST(MixedSteps, HybridsAndTheDefaultKeepStepsApart) {
   auto hybrid = ServerProcess::Start("qwen3next", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching",
-                                                   "--mixed-steps", "on"}, "mixed-hybrid");
+                                                   "--mixed-steps", "on", "--chunks-together", "on"}, "mixed-hybrid");
   auto off = ServerProcess::Start("llama", {"-c", "1024", "--runtime-lane-count", "2", "--lane-batching"}, "mixed-default");
   ASSERT_TRUE(hybrid && off);
   const json h = json::parse(hybrid->Client()->Get("/cache/stats")->body);
@@ -484,6 +537,11 @@ TEST(MixedSteps, HybridsAndTheDefaultKeepStepsApart) {
   const json o = json::parse(off->Client()->Get("/cache/stats")->body);
   EXPECT_FALSE(o["mixed_steps"].value("on", true)) << o["mixed_steps"].dump();
   EXPECT_EQ(o["mixed_steps"].value("reason", std::string()), "off (--mixed-steps off, the default)");
+  EXPECT_FALSE(h["chunks_together"].value("on", true)) << h["chunks_together"].dump();
+  EXPECT_NE(h["chunks_together"].value("reason", std::string()).find("recurrent"), std::string::npos)
+      << h["chunks_together"].dump();
+  EXPECT_FALSE(o["chunks_together"].value("on", true)) << o["chunks_together"].dump();
+  EXPECT_EQ(o["chunks_together"].value("reason", std::string()), "off (--chunks-together off, the default)");
 }
 
 // By default the decoding lanes step in the groups that measured cheapest at startup

@@ -8,10 +8,11 @@
 //       runtime::MinExactBatch) and compares the logits byte for byte (certify/batch_split.h).
 //   skippy-correctness step-with-chunk --model FILE [--flash-attn on|off] [--time-rounds N] [--report-out FILE]
 //       the checks that one graph through the ragged split gives every row its bits alone: a prompt
-//       chunk and decode steps of other lanes in one llama_decode (certify::CheckStepWithChunk), and
-//       a step of lanes apart, 0 and 2 (certify::CheckLaneBatching); they need the one-row class (it
-//       is switched on). With --time-rounds N > 0, what that one graph costs against a chunk and a
-//       step as two llama_decode calls (chunks of 32, 128 and 384 rows beside 1 and 3 lanes, N
+//       chunk and decode steps of other lanes, or two lanes' chunks, in one llama_decode
+//       (certify::CheckStepWithChunk), and a step of lanes apart, 0 and 2 (certify::CheckLaneBatching);
+//       they need the one-row class (it is switched on). With --time-rounds N > 0, what that one graph
+//       costs against a chunk and a step as two llama_decode calls (chunks of 32, 128 and 384 rows
+//       beside 1 and 3 lanes), and two lanes' chunks of 8-128 rows each against one call each (N
 //       alternating rounds, medians), and a step of lanes apart against one per run of consecutive
 //       lanes (2N rounds, medians; "ragged_steps_timing").
 //   skippy-correctness --no-batch-invariant ...  runs either on llama.cpp's stock matrix kernels
@@ -147,8 +148,9 @@ double Median(std::vector<double> v) {
 }
 
 // One graph against two: a chunk into lane 0 (400 tokens in it) beside a step of lanes 1..k (400
-// each), as DecodeStepWithChunk, against Prefill of the chunk then DecodeStep of the lanes;
-// alternating which comes first, every lane cut back after each.
+// each), as DecodeStepWithChunks, against Prefill of the chunk then DecodeStep of the lanes; then
+// chunks into lanes 0 and 1 in one graph against a Prefill each; alternating which comes first,
+// every lane cut back after each.
 StatusOrJson TimeStepWithChunk(skippy::runtime::Engine& e, int rounds) {
   using skippy::runtime::Engine;
   using Clock = std::chrono::steady_clock;
@@ -169,7 +171,8 @@ StatusOrJson TimeStepWithChunk(skippy::runtime::Engine& e, int rounds) {
         const auto t0 = Clock::now();
         const bool as_one = (r % 2 == 1) == ((r / 2) % 2 == 0);
         if (as_one) {
-          auto out = e.DecodeStepWithChunk(steps, {0, chunk, held, false});
+          const Engine::ChunkIn in{0, chunk, held, false};
+          auto out = e.DecodeStepWithChunks(steps, std::span(&in, 1));
           if (!out.ok()) return out.status();
         } else {
           if (auto st = e.Prefill(0, chunk, held); !st.ok()) return st;
@@ -185,6 +188,31 @@ StatusOrJson TimeStepWithChunk(skippy::runtime::Engine& e, int rounds) {
       rows.push_back({{"chunk_rows", chunk_rows}, {"lanes_stepping", k}, {"two_calls_ms", a}, {"one_graph_ms", b},
                       {"saved", a > 0 ? 1.0 - b / a : 0.0}, {"rounds", rounds}});
     }
+  }
+  // Two lanes' chunks of equal size in one graph against one Prefill each.
+  for (size_t chunk_rows : {8, 16, 32, 64, 128}) {
+    const std::span<const skippy::runtime::Token> chunk = std::span(*tokens).subspan(held, chunk_rows);
+    const Engine::ChunkIn both[] = {{0, chunk, held, false}, {1, chunk, held, false}};
+    std::vector<double> two, one;
+    for (int r = 0; r < 2 * rounds; ++r) {
+      const auto t0 = Clock::now();
+      const bool as_one = (r % 2 == 1) == ((r / 2) % 2 == 0);
+      if (as_one) {
+        auto out = e.DecodeStepWithChunks({}, both);
+        if (!out.ok()) return out.status();
+      } else {
+        for (const Engine::ChunkIn& c : both) {
+          if (auto st = e.Prefill(c.lane, c.tokens, c.pos); !st.ok()) return st;
+        }
+      }
+      (as_one ? one : two).push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      for (int32_t l = 0; l <= 1; ++l) {
+        if (auto st = e.Truncate(l, held); !st.ok()) return st;
+      }
+    }
+    const double a = Median(two), b = Median(one);
+    rows.push_back({{"chunk_rows", chunk_rows}, {"chunks", 2}, {"lanes_stepping", 0}, {"two_calls_ms", a},
+                    {"one_graph_ms", b}, {"saved", a > 0 ? 1.0 - b / a : 0.0}, {"rounds", rounds}});
   }
   return rows;
 }

@@ -96,6 +96,14 @@ int main(int argc, char** argv) {
                  "computed as alone, proved at startup). Attention-only models with the one-row class; hybrids step "
                  "apart from chunks. Off by default: neutral on the bench models measured so far")
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+  std::string chunks_together = "off";
+  app.add_option("--chunks-together", chunks_together,
+                 "off | on | all. With lanes stepping together, the prompt chunks of several lanes in one turn go "
+                 "into one llama_decode (one graph reads the weights once for all; each lane's rows are computed as "
+                 "alone, proved at startup): on, where that lowers their summed waits (a graph's cost against the "
+                 "rows its first tokens wait for); all, every chunk the turn runs while they fit a ubatch. "
+                 "Attention-only models with the one-row class")
+      ->capture_default_str()->check(CLI::IsMember({"off", "on", "all"}));
   std::string one_row_class = "auto";
   app.add_flag("--one-row-class{on}", one_row_class,
                "--one-row-class=on|off|auto (--one-row-class alone: on). Compute a lone row (a decode step) in the "
@@ -203,6 +211,9 @@ int main(int argc, char** argv) {
   o.lane_groups_measured = lane_groups == "measured";
   o.ragged_steps = ragged_steps == "on";
   o.mixed_steps = mixed_steps == "on";
+  o.chunks_together = chunks_together == "all"  ? skippy::server::ChunksTogether::kAll
+                      : chunks_together == "on" ? skippy::server::ChunksTogether::kOn
+                                                : skippy::server::ChunksTogether::kOff;
   using Switch = skippy::server::ServerOptions::Switch;
   auto switch_of = [](const std::string& v) { return v == "on" ? Switch::kOn : v == "off" ? Switch::kOff : Switch::kAuto; };
   o.lane_batching = switch_of(lane_batching);

@@ -69,25 +69,39 @@ StatusOr<LaneBatchingReport> Run(Engine& engine, int32_t a, int32_t b) {
   return r;
 }
 
-// The chunk into lanes[0] and a step of every other lane, alone (separately) or in one
-// DecodeStepWithChunk; then a step of all lanes together. Returns {chunk logits, step logits...,
-// next-step logits...}.
-StatusOr<std::vector<std::vector<float>>> ChunkAndSteps(Engine& engine, std::span<const int32_t> lanes,
-                                                        std::span<const int32_t> lengths,
-                                                        std::span<const Token> chunk, Token next, bool mixed) {
-  std::vector<std::vector<float>> out;
-  std::vector<Engine::DecodeStepIn> steps;
-  for (size_t i = 1; i < lanes.size(); ++i) steps.push_back({lanes[i], next, lengths[i]});
+// Each lane's chunk (where `chunks[i]` is not empty) or step (where it is), alone (separately) or
+// in one DecodeStepWithChunks; then a step of all lanes together. Returns the logits of each lane's
+// chunk (its last row) or step, in lane order, then those of the step after.
+StatusOr<std::vector<std::vector<float>>> ChunksAndSteps(Engine& engine, std::span<const int32_t> lanes,
+                                                         std::span<const int32_t> lengths,
+                                                         std::span<const std::span<const Token>> chunks, Token next,
+                                                         bool mixed) {
+  std::vector<std::vector<float>> out(lanes.size());
   if (mixed) {
-    SKIPPY_ASSIGN_OR_RETURN(auto r, engine.DecodeStepWithChunk(steps, {lanes[0], chunk, lengths[0], true}));
-    out.push_back(std::move(r.chunk));
-    for (auto& l : r.steps) out.push_back(std::move(l));
+    std::vector<Engine::ChunkIn> in_chunks;
+    std::vector<Engine::DecodeStepIn> steps;
+    std::vector<size_t> chunk_of, step_of;
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      if (chunks[i].empty()) {
+        steps.push_back({lanes[i], next, lengths[i]});
+        step_of.push_back(i);
+      } else {
+        in_chunks.push_back({lanes[i], chunks[i], lengths[i], true});
+        chunk_of.push_back(i);
+      }
+    }
+    SKIPPY_ASSIGN_OR_RETURN(auto r, engine.DecodeStepWithChunks(steps, in_chunks));
+    for (size_t j = 0; j < chunk_of.size(); ++j) out[chunk_of[j]] = std::move(r.chunks[j]);
+    for (size_t j = 0; j < step_of.size(); ++j) out[step_of[j]] = std::move(r.steps[j]);
   } else {
-    SKIPPY_ASSIGN_OR_RETURN(auto l, engine.Decode(lanes[0], chunk, lengths[0]));
-    out.push_back(std::move(l));
-    for (const Engine::DecodeStepIn& s : steps) {
-      SKIPPY_ASSIGN_OR_RETURN(auto one, engine.DecodeStep(std::span(&s, 1)));
-      out.push_back(std::move(one[0]));
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      if (chunks[i].empty()) {
+        const Engine::DecodeStepIn s{lanes[i], next, lengths[i]};
+        SKIPPY_ASSIGN_OR_RETURN(auto one, engine.DecodeStep(std::span(&s, 1)));
+        out[i] = std::move(one[0]);
+      } else {
+        SKIPPY_ASSIGN_OR_RETURN(out[i], engine.Decode(lanes[i], chunks[i], lengths[i]));
+      }
     }
   }
   std::vector<Engine::DecodeStepIn> all;
@@ -100,10 +114,20 @@ StatusOr<std::vector<std::vector<float>>> ChunkAndSteps(Engine& engine, std::spa
   return out;
 }
 
+// Whether every logits vector of one ChunksAndSteps is byte-identical to the other's in [from, to).
+bool EqualIn(const std::vector<std::vector<float>>& x, const std::vector<std::vector<float>>& y, size_t from,
+             size_t to) {
+  if (x.size() < to || y.size() < to) return false;
+  for (size_t i = from; i < to; ++i) {
+    if (!BytesEqual(x[i], y[i])) return false;
+  }
+  return true;
+}
+
 StatusOr<StepWithChunkReport> RunStepWithChunk(Engine& engine, std::span<const int32_t> lanes) {
   const int32_t cap = engine.LaneCapacity();
-  const int32_t chunk_rows = 24;
-  const int32_t len_b = std::min<int32_t>(600, cap - 4);
+  const int32_t chunk_rows = 24, second_chunk_rows = 11;
+  const int32_t len_b = std::min<int32_t>(600, cap - 4 - second_chunk_rows);
   const int32_t len_a = std::min<int32_t>(40, len_b / 4);
   const int32_t lengths_all[] = {len_a, len_b, 3};
   const std::span<const int32_t> lengths = std::span(lengths_all).first(lanes.size());
@@ -114,23 +138,30 @@ StatusOr<StepWithChunkReport> RunStepWithChunk(Engine& engine, std::span<const i
     SKIPPY_RETURN_IF_ERROR(engine.Prefill(lanes[i], std::span(tokens).first(static_cast<size_t>(lengths[i])), 0));
   }
   const std::span<const Token> chunk = std::span(tokens).subspan(static_cast<size_t>(len_a), chunk_rows);
+  const std::span<const Token> second = std::span(tokens).subspan(static_cast<size_t>(len_b), second_chunk_rows);
   const Token next = tokens[1];
-  SKIPPY_ASSIGN_OR_RETURN(auto alone, ChunkAndSteps(engine, lanes, lengths, chunk, next, /*mixed=*/false));
-  SKIPPY_ASSIGN_OR_RETURN(auto mixed, ChunkAndSteps(engine, lanes, lengths, chunk, next, /*mixed=*/true));
+  const size_t n = lanes.size();
+  // A chunk into lane a beside the steps of the others; then chunks into lanes a and b beside the
+  // step of c, where there is one.
+  std::vector<std::span<const Token>> one_chunk(n), two_chunks(n);
+  one_chunk[0] = two_chunks[0] = chunk;
+  two_chunks[1] = second;
   StepWithChunkReport r;
   r.chunk_rows = static_cast<size_t>(chunk_rows);
-  r.lanes_stepping = lanes.size() - 1;
-  const size_t n = lanes.size();
-  auto equal = [&](size_t from, size_t to) {
-    for (size_t i = from; i < to; ++i) {
-      if (!BytesEqual(alone[i], mixed[i])) return false;
-    }
-    return true;
-  };
-  r.chunk_equal = equal(0, 1);
-  r.steps_equal = equal(1, n);
-  r.next_equal = equal(n, 2 * n);
-  r.pass = alone.size() == 2 * n && mixed.size() == 2 * n && r.chunk_equal && r.steps_equal && r.next_equal;
+  r.lanes_stepping = n - 1;
+  {
+    SKIPPY_ASSIGN_OR_RETURN(auto alone, ChunksAndSteps(engine, lanes, lengths, one_chunk, next, /*mixed=*/false));
+    SKIPPY_ASSIGN_OR_RETURN(auto mixed, ChunksAndSteps(engine, lanes, lengths, one_chunk, next, /*mixed=*/true));
+    r.chunk_equal = EqualIn(alone, mixed, 0, 1);
+    r.steps_equal = EqualIn(alone, mixed, 1, n);
+    r.next_equal = EqualIn(alone, mixed, n, 2 * n);
+  }
+  {
+    SKIPPY_ASSIGN_OR_RETURN(auto alone, ChunksAndSteps(engine, lanes, lengths, two_chunks, next, /*mixed=*/false));
+    SKIPPY_ASSIGN_OR_RETURN(auto mixed, ChunksAndSteps(engine, lanes, lengths, two_chunks, next, /*mixed=*/true));
+    r.chunks_together_equal = EqualIn(alone, mixed, 0, 2 * n);
+  }
+  r.pass = r.chunk_equal && r.steps_equal && r.next_equal && r.chunks_together_equal;
   return r;
 }
 
@@ -138,7 +169,8 @@ StatusOr<StepWithChunkReport> RunStepWithChunk(Engine& engine, std::span<const i
 
 nlohmann::json StepWithChunkReport::ToJson() const {
   return {{"chunk_rows", chunk_rows}, {"lanes_stepping", lanes_stepping}, {"chunk_equal", chunk_equal},
-          {"steps_equal", steps_equal}, {"next_step_equal", next_equal}, {"pass", pass}};
+          {"steps_equal", steps_equal}, {"next_step_equal", next_equal},
+          {"chunks_together_equal", chunks_together_equal}, {"pass", pass}};
 }
 
 StatusOr<StepWithChunkReport> CheckStepWithChunk(Engine& engine, int32_t a, int32_t b, int32_t c) {

@@ -41,22 +41,25 @@ struct LaneBatchingReport {
 // or the lanes hold fewer than 8 cells; otherwise fails only when the engine does.
 StatusOr<LaneBatchingReport> CheckLaneBatching(runtime::Engine& engine, int32_t lane_a, int32_t lane_b);
 
-// Step-with-chunk check: proves, for one loaded model and context, that Engine::DecodeStepWithChunk
-// (a prompt chunk of one lane and a generated token of others in one graph) gives every row the
-// bits it gets alone. skippy-server puts decoding lanes' tokens beside a prompt chunk only when it
-// passes (each row is computed as in a ubatch of its own lane's rows, and the one-row class makes
-// every size one class, but another build or backend may differ).
+// Step-with-chunk check: proves, for one loaded model and context, that Engine::DecodeStepWithChunks
+// (prompt chunks of some lanes and a generated token of others in one graph) gives every row the
+// bits it gets alone. skippy-server puts decoding lanes' tokens beside a prompt chunk, or several
+// lanes' chunks in one graph, only when it passes (each row is computed as in a ubatch of its own
+// lane's rows, and the one-row class makes every size one class, but another build or backend may
+// differ).
 //
 // Method: lane a holds 40 tokens and lane b 600 (their KV lengths in different 256-cell steps,
 // where the context allows), and lane c, where there is one, 3. Alone: a 24-row chunk into lane a
 // (its last row's logits), one step of b, one of c; then each lane one step further, all together.
-// Mixed: the lanes cut back to their prompts, the chunk and the two steps in one DecodeStepWithChunk,
-// then the same step of all lanes together. Pass: every logits vector byte-identical both ways
-// (the step after shows that the KV the mixed step wrote is the KV written alone). Lanes are
-// cleared before and after.
+// Mixed: the lanes cut back to their prompts, the chunk and the two steps in one
+// DecodeStepWithChunks, then the same step of all lanes together. Then the same with an 11-row
+// chunk into lane b in place of its step (two chunks of unequal lengths in one graph). Pass: every
+// logits vector byte-identical both ways (the step after shows that the KV the mixed step wrote is
+// the KV written alone). Lanes are cleared before and after.
 struct StepWithChunkReport {
   size_t chunk_rows = 0, lanes_stepping = 0;
   bool chunk_equal = false, steps_equal = false, next_equal = false;
+  bool chunks_together_equal = false;  // the second case: two chunks (and c's step) in one graph
   bool pass = false;
   nlohmann::json ToJson() const;
 };

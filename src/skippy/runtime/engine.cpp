@@ -200,38 +200,46 @@ bool Engine::CanStepWithChunk() const {
   return CanStepLanesApart() && !model_->is_hybrid() && !family_.recurrent;
 }
 
-StatusOr<Engine::StepWithChunkOut> Engine::DecodeStepWithChunk(std::span<const DecodeStepIn> steps,
-                                                               const ChunkIn& chunk) {
+StatusOr<Engine::StepWithChunksOut> Engine::DecodeStepWithChunks(std::span<const DecodeStepIn> steps,
+                                                                 std::span<const ChunkIn> chunks) {
   if (!CanStepWithChunk()) {
     return absl::FailedPreconditionError(
-        "a step with a prompt chunk needs the one-row class, the ragged split of the patch series, a KV stream per "
+        "a step with prompt chunks needs the one-row class, the ragged split of the patch series, a KV stream per "
         "lane and an attention-only model of the family table");
   }
-  if (steps.empty()) return absl::InvalidArgumentError("no lanes to step beside the chunk");
-  if (chunk.tokens.empty()) return absl::InvalidArgumentError("an empty prompt chunk");
-  const size_t n_rows = chunk.tokens.size() + steps.size();
+  if (chunks.empty()) return absl::InvalidArgumentError("no prompt chunk to decode");
+  size_t n_rows = steps.size();
+  for (const ChunkIn& c : chunks) n_rows += c.tokens.size();
   const uint32_t n_ubatch = context_->options().n_ubatch;
   if (n_rows > n_ubatch) {
-    return absl::InvalidArgumentError(
-        StrCat("a chunk of ", chunk.tokens.size(), " rows and ", steps.size(), " steps exceed the ubatch of ", n_ubatch));
+    return absl::InvalidArgumentError(StrCat(chunks.size(), " chunks and ", steps.size(), " steps (", n_rows,
+                                             " rows) exceed the ubatch of ", n_ubatch));
   }
-  SKIPPY_RETURN_IF_ERROR(CheckAppend(chunk.lane, chunk.pos));
-  if (chunk.pos + static_cast<int64_t>(chunk.tokens.size()) > LaneCapacity()) {
-    return absl::InvalidArgumentError(StrCat("lane ", chunk.lane, ": the chunk ends past its ", LaneCapacity(), " cells"));
-  }
+  std::vector<int32_t> lanes;
+  lanes.reserve(chunks.size() + steps.size());
+  auto claim = [&](int32_t lane) -> Status {
+    if (std::find(lanes.begin(), lanes.end(), lane) != lanes.end()) {
+      return absl::InvalidArgumentError(StrCat("lane ", lane, " appears twice in one step"));
+    }
+    lanes.push_back(lane);
+    return absl::OkStatus();
+  };
   std::vector<Context::Row> rows;
   rows.reserve(n_rows);
-  for (size_t i = 0; i < chunk.tokens.size(); ++i) {
-    rows.push_back({chunk.lane, chunk.pos + static_cast<int32_t>(i), chunk.tokens[i],
-                    chunk.logits && i + 1 == chunk.tokens.size()});
-  }
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const DecodeStepIn& s = steps[i];
-    SKIPPY_RETURN_IF_ERROR(CheckAppend(s.lane, s.pos));
-    if (s.lane == chunk.lane) return absl::InvalidArgumentError(StrCat("lane ", s.lane, " steps beside its own chunk"));
-    for (size_t j = 0; j < i; ++j) {
-      if (steps[j].lane == s.lane) return absl::InvalidArgumentError(StrCat("lane ", s.lane, " steps twice"));
+  for (const ChunkIn& c : chunks) {
+    if (c.tokens.empty()) return absl::InvalidArgumentError(StrCat("an empty prompt chunk for lane ", c.lane));
+    SKIPPY_RETURN_IF_ERROR(CheckAppend(c.lane, c.pos));
+    SKIPPY_RETURN_IF_ERROR(claim(c.lane));
+    if (c.pos + static_cast<int64_t>(c.tokens.size()) > LaneCapacity()) {
+      return absl::InvalidArgumentError(StrCat("lane ", c.lane, ": the chunk ends past its ", LaneCapacity(), " cells"));
     }
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      rows.push_back({c.lane, c.pos + static_cast<int32_t>(i), c.tokens[i], c.logits && i + 1 == c.tokens.size()});
+    }
+  }
+  for (const DecodeStepIn& s : steps) {
+    SKIPPY_RETURN_IF_ERROR(CheckAppend(s.lane, s.pos));
+    SKIPPY_RETURN_IF_ERROR(claim(s.lane));
     if (s.pos + 1 > LaneCapacity()) {
       return absl::InvalidArgumentError(StrCat("lane ", s.lane, ": no cell after position ", s.pos));
     }
@@ -244,13 +252,16 @@ StatusOr<Engine::StepWithChunkOut> Engine::DecodeStepWithChunk(std::span<const D
   }
   if (!logits.ok()) {
     llama_memory_t mem = llama_get_memory(context_->raw());
-    llama_memory_seq_rm(mem, chunk.lane, chunk.pos, -1);
+    for (const ChunkIn& c : chunks) llama_memory_seq_rm(mem, c.lane, c.pos, -1);
     for (const DecodeStepIn& s : steps) llama_memory_seq_rm(mem, s.lane, s.pos, -1);
     return logits.status();
   }
-  StepWithChunkOut out;
+  StepWithChunksOut out;
   size_t next = 0;
-  if (chunk.logits) out.chunk = std::move((*logits)[next++]);
+  out.chunks.resize(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].logits) out.chunks[i] = std::move((*logits)[next++]);
+  }
   out.steps.reserve(steps.size());
   while (next < logits->size()) out.steps.push_back(std::move((*logits)[next++]));
   return out;

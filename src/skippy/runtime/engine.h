@@ -153,32 +153,33 @@ class Engine {
   StatusOr<std::vector<std::vector<float>>> DecodeStep(std::span<const DecodeStepIn> steps);
   bool CanDecodeSteps() const { return OneRowClass() || (!model_->is_recurrent() && !model_->is_hybrid()); }
 
-  // A prompt chunk of one lane and one generated token for each of several other lanes, in one
-  // llama_decode computed as one graph (a continuous-batching step): the patch series' ragged
-  // split (ScopedRaggedSplit, llama_backend.h) computes each lane's run of rows as in a ubatch of
-  // its own, and the one-row class makes every batch size one class, so every row comes out as
-  // Decode, Prefill or DecodeStep compute it alone (tests/runtime MixedSteps). Saves the step's
-  // pass over the weights: 5-14% of a 32-row chunk and 1-3 tokens on bench Llama, little with
-  // chunks of 128+ rows (docs/evidence/mixed-steps/).
-  // The chunk is written at [chunk.pos, chunk.pos + size) and its last row's logits are returned
-  // when chunk.logits is set (Decode), none otherwise (Prefill); each stepping lane then holds
-  // pos + 1 tokens, its logits returned in order.
-  // REQUIRES: CanStepWithChunk(); distinct lanes, the chunk's lane not among the steps; appends
-  // (pos == SequenceLength) within LaneCapacity(); a non-empty chunk; chunk and steps together
-  // within n_ubatch (one graph) and at least one step. InvalidArgument or FailedPrecondition
-  // otherwise, with nothing decoded. On a llama.cpp failure every lane involved is cut back.
+  // Prompt chunks of one or more lanes and one generated token for each of other lanes (none or
+  // several), in one llama_decode computed as one graph (a continuous-batching step): the patch
+  // series' ragged split (ScopedRaggedSplit, llama_backend.h) computes each lane's run of rows as
+  // in a ubatch of its own, and the one-row class makes every batch size one class, so every row
+  // comes out as Decode, Prefill or DecodeStep compute it alone (tests/runtime MixedSteps). Saves
+  // a pass over the weights per run beside the first: 5-14% of a 32-row chunk and 1-3 tokens on
+  // bench Llama, little with chunks of 128+ rows (docs/evidence/mixed-steps/).
+  // Each chunk is written at [pos, pos + size) and its last row's logits are returned when its
+  // `logits` is set (Decode), none otherwise (Prefill); each stepping lane then holds pos + 1
+  // tokens, its logits returned in order.
+  // REQUIRES: CanStepWithChunk(); at least one chunk, none empty; distinct lanes across chunks and
+  // steps; appends (pos == SequenceLength) within LaneCapacity(); all rows together within
+  // n_ubatch (one graph). InvalidArgument or FailedPrecondition otherwise, with nothing decoded.
+  // On a llama.cpp failure every lane involved is cut back.
   struct ChunkIn {
     int32_t lane = 0;
     std::span<const Token> tokens;
     int32_t pos = 0;
     bool logits = false;
   };
-  struct StepWithChunkOut {
-    std::vector<std::vector<float>> steps;  // per step, in order
-    std::vector<float> chunk;               // the chunk's last row (empty unless chunk.logits)
+  struct StepWithChunksOut {
+    std::vector<std::vector<float>> steps;   // per step, in order
+    std::vector<std::vector<float>> chunks;  // per chunk, in order: its last row (empty unless logits)
   };
-  StatusOr<StepWithChunkOut> DecodeStepWithChunk(std::span<const DecodeStepIn> steps, const ChunkIn& chunk);
-  // Whether DecodeStepWithChunk can run (one graph of runs of unequal lengths): the one-row class,
+  StatusOr<StepWithChunksOut> DecodeStepWithChunks(std::span<const DecodeStepIn> steps,
+                                                   std::span<const ChunkIn> chunks);
+  // Whether DecodeStepWithChunks can run (one graph of runs of unequal lengths): the one-row class,
   // the ragged split in the loaded libllama, one KV stream per lane, and a family of the table
   // whose memory is attention only (no recurrent state, which needs equal runs; a learned
   // architecture might use a KV cache the ragged split does not cover).

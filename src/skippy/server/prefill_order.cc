@@ -42,6 +42,14 @@ void PrefillTurn::Ran(size_t lane, const PrefillCandidate& c) {
   rows_run_ += c.next_rows;
 }
 
+bool JoinsChunkGroup(size_t group_first_tokens, size_t rows, bool ends_prompt, size_t waiting,
+                     const ChunkGroupCosts& costs) {
+  if (group_first_tokens == 0) return true;
+  const double cost = static_cast<double>(group_first_tokens) * static_cast<double>(rows) * costs.row_ms;
+  const double saved = costs.graph_ms * static_cast<double>((ends_prompt ? 1 : 0) + waiting);
+  return cost < saved;
+}
+
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,
                                                     std::span<const InFlightPrefill> in_flight, size_t min_shared,
                                                     const SharedRestoreFn& restorable) {

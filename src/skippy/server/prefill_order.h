@@ -94,6 +94,25 @@ class PrefillTurn {
   std::vector<State> state_;
 };
 
+// Chunks together (skippy-server --chunks-together): the chunks of a turn, in the order Next gives
+// them, share one graph (Engine::DecodeStepWithChunks) while that lowers the sum of the waits it
+// moves. A graph costs about `graph_ms` (a lone decode step: one pass over the weights) on top of
+// `row_ms` per row. A chunk of `rows` that joins the group makes each of the group's chunks that
+// end their prompt wait for its rows too (their first tokens come when the whole graph is done),
+// and saves one graph to itself when it ends its prompt and to each of `waiting` lanes that wait for
+// the turn to go on (decoding lanes, other prefills). So it joins when
+//   group_first_tokens * rows * row_ms < graph_ms * (ends_prompt + waiting),
+// and always when no chunk of the group ends its prompt (nobody's first token waits for it). On
+// compute-bound CPUs a graph costs a few dozen rows (about 16 on bench Llama Q4_K_M on two cores),
+// so two hits' short suffixes join when lanes decode beside them, and a long cold chunk does not
+// join a hit's suffix. The caller keeps the group within a ubatch.
+struct ChunkGroupCosts {
+  double graph_ms = 0;  // a graph's own cost (0: unknown, then only the free joins)
+  double row_ms = 0;    // a prefill row's
+};
+bool JoinsChunkGroup(size_t group_first_tokens, size_t rows, bool ends_prompt, size_t waiting,
+                     const ChunkGroupCosts& costs);
+
 // A job whose prefill is under way: begun (restored), its first token not out yet.
 struct InFlightPrefill {
   std::span<const int32_t> prompt;

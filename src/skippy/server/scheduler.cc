@@ -180,6 +180,7 @@ Status Scheduler::Load() {
   DecideLaneBatching();
   DecideRaggedSteps();
   DecideMixedSteps();
+  DecideChunksTogether();
   lanes_.resize(options_.lane_count);
   thread_ = std::thread([this] { Loop(); });
   ready_ = true;
@@ -436,13 +437,8 @@ void Scheduler::DecideMixedSteps() {
   } else if (!engine_->CanStepWithChunk()) {
     why = "recurrent state or a learned architecture: decode rows step apart from prompt chunks";
   } else {
-    auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
-    if (!check.ok()) {
-      why = StrCat("the step-with-chunk check could not run: ", check.status().message());
-    } else {
-      mixed_steps_json_["check"] = check->ToJson();
-      if (!check->pass) why = "the step-with-chunk check failed: a row's logits differ beside a chunk";
-    }
+    why = WhyStepsWithChunksFail();
+    if (!steps_with_chunks_check_json_.is_null()) mixed_steps_json_["check"] = steps_with_chunks_check_json_;
   }
   mixed_steps_ = why.empty();
   mixed_steps_json_["on"] = mixed_steps_;
@@ -450,6 +446,44 @@ void Scheduler::DecideMixedSteps() {
     mixed_steps_json_["reason"] = why;
     if (lane_batching_ && options_.mixed_steps) {
       std::fprintf(stderr, "skippy-server: decoding lanes step apart from prompt chunks: %s\n", why.c_str());
+    }
+  }
+}
+
+std::string Scheduler::WhyStepsWithChunksFail() {
+  if (steps_with_chunks_check_) return *steps_with_chunks_check_;
+  auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
+  if (!check.ok()) {
+    steps_with_chunks_check_ = StrCat("the step-with-chunk check could not run: ", check.status().message());
+  } else {
+    steps_with_chunks_check_json_ = check->ToJson();
+    steps_with_chunks_check_ =
+        check->pass ? "" : "the step-with-chunk check failed: a row's logits differ beside a chunk or another lane's chunk";
+  }
+  return *steps_with_chunks_check_;
+}
+
+void Scheduler::DecideChunksTogether() {
+  chunks_together_json_["mode"] = ChunksTogetherName(options_.chunks_together);
+  std::string why;
+  if (options_.chunks_together == ChunksTogether::kOff) {
+    why = "off (--chunks-together off, the default)";
+  } else if (!lane_batching_) {
+    why = "lanes do not step together";
+  } else if (!runtime::RaggedSplitAvailable()) {
+    why = "this llama.cpp build has no ragged split (built without the patch series)";
+  } else if (!engine_->CanStepWithChunk()) {
+    why = "recurrent state or a learned architecture: each lane's chunk is a graph of its own";
+  } else {
+    why = WhyStepsWithChunksFail();
+    if (!steps_with_chunks_check_json_.is_null()) chunks_together_json_["check"] = steps_with_chunks_check_json_;
+  }
+  chunks_together_ = why.empty();
+  chunks_together_json_["on"] = chunks_together_;
+  if (!chunks_together_) {
+    chunks_together_json_["reason"] = why;
+    if (lane_batching_ && options_.chunks_together != ChunksTogether::kOff) {
+      std::fprintf(stderr, "skippy-server: each lane's prompt chunk is a graph of its own: %s\n", why.c_str());
     }
   }
 }
@@ -498,6 +532,8 @@ nlohmann::json Scheduler::CacheStats() const {
   j["lane_batching"]["ragged_steps"]["steps"] = ragged_steps_count_.load();
   j["mixed_steps"] = mixed_steps_json_;
   j["mixed_steps"]["steps_with_chunk"] = steps_with_chunk_.load();
+  j["chunks_together"] = chunks_together_json_;
+  j["chunks_together"]["groups"] = chunk_groups_.load();
   j["shared_prefill_waits"] = shared_prefill_waits_.load();
   j["slo"] = {{"ttft_ms", options_.ttft_slo_ms},
               {"tpot_ms", options_.tpot_slo_ms},
@@ -641,26 +677,34 @@ void Scheduler::StepTogether() {
     }
     const std::optional<size_t> pick = turn.Next(candidates, 2 * n);
     if (!pick) break;
-    const size_t id = prefilling[*pick];
-    turn.Ran(id, candidates[*pick]);
-    for (size_t i : prefilling) ++lanes_[i].passed_over;
-    lanes_[id].passed_over = 0;
-    if (mixed_steps_) {
-      // The decoding lanes that have not stepped this turn step in the chunk's llama_decode.
+    const auto id = static_cast<int32_t>(prefilling[*pick]);
+    turn.Ran(static_cast<size_t>(id), candidates[*pick]);
+    // With chunks together, the chunks the turn runs next join this one's graph while that pays.
+    std::vector<int32_t> group = {id};
+    if (chunks_together_) GrowChunkGroup(turn, group, 2 * n);
+    for (size_t i : prefilling) {
+      const bool in_group = std::find(group.begin(), group.end(), static_cast<int32_t>(i)) != group.end();
+      lanes_[i].passed_over = in_group ? 0 : lanes_[i].passed_over + group.size();
+    }
+    if (mixed_steps_ || group.size() > 1) {
+      // The decoding lanes that have not stepped this turn step in the chunks' llama_decode (with
+      // mixed steps).
       std::vector<int32_t> decoding;
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < n && mixed_steps_; ++i) {
         if (lanes_[i].job && lanes_[i].phase == Phase::kGenerate && !has_stepped(i)) {
           decoding.push_back(static_cast<int32_t>(i));
           stepped[i] = lanes_[i].admitted + 1;  // cleared again below unless it stepped
         }
       }
+      std::erase_if(group, [&](int32_t g) { return FinishIfCancelled(g); });
       std::vector<int32_t> did;
-      if (!FinishIfCancelled(static_cast<int32_t>(id))) did = PrefillChunk(static_cast<int32_t>(id), decoding);
+      if (group.size() == 1) did = PrefillChunk(group[0], decoding);
+      if (group.size() > 1) did = PrefillChunks(group, decoding);
       for (int32_t i : decoding) {
         if (std::find(did.begin(), did.end(), i) == did.end()) stepped[static_cast<size_t>(i)] = 0;
       }
     } else {
-      Step(static_cast<int32_t>(id));
+      Step(id);
     }
     std::lock_guard lock(mu_);
     AdmitLocked();
@@ -828,17 +872,105 @@ size_t Scheduler::PrefillRowsNow(const Lane* lane) const {
   return *rows;
 }
 
-std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t> decoding) {
+size_t Scheduler::PlanChunk(int32_t id) {
   Lane& lane = lanes_[id];
-  Job& job = *lane.job;
-  const std::vector<Token>& prompt = job.prompt().tokens;
   if (const size_t rows = PrefillRowsNow(&lane); lane.chunk_ends[lane.next_chunk] - lane.pos > rows) {
     if (std::optional<std::vector<size_t>> ends = cache_->CutBatch(id, lane.pos, rows)) {
       lane.chunk_ends = std::move(*ends);
       batches_cut_.fetch_add(1);
     }
   }
-  const size_t end = lane.chunk_ends[lane.next_chunk];
+  return lane.chunk_ends[lane.next_chunk];
+}
+
+void Scheduler::GrowChunkGroup(PrefillTurn& turn, std::vector<int32_t>& group, size_t overdue) {
+  const size_t n_ubatch = engine_->context().options().n_ubatch;
+  const double graph_ms = !decode_step_ms_.empty() ? decode_step_ms_[0] : decode_lane_cost_.per_unit();
+  const ChunkGroupCosts costs{graph_ms, prefill_row_cost_.per_unit()};
+  auto in_group = [&](size_t i) { return std::find(group.begin(), group.end(), static_cast<int32_t>(i)) != group.end(); };
+  auto ends_prompt = [&](int32_t id, size_t end) { return end == lanes_[id].job->prompt().tokens.size(); };
+  size_t rows = 0, first_tokens = 0;
+  {
+    const size_t end = PlanChunk(group[0]);
+    rows = end - lanes_[group[0]].pos;
+    first_tokens = ends_prompt(group[0], end) ? 1 : 0;
+  }
+  while (true) {
+    std::vector<PrefillCandidate> candidates;
+    std::vector<size_t> prefilling;
+    size_t decoding = 0;
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      const Lane& l = lanes_[i];
+      if (l.job && l.phase == Phase::kGenerate) ++decoding;
+      if (!l.job || l.phase != Phase::kPrefill || !turn.Open(i) || in_group(i) || l.job->cancelled()) continue;
+      const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
+      const bool late = options_.ttft_slo_ms > 0 &&
+                        static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
+      candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
+      prefilling.push_back(i);
+    }
+    const std::optional<size_t> pick = turn.Next(candidates, overdue);
+    if (!pick) return;
+    const auto id = static_cast<int32_t>(prefilling[*pick]);
+    const size_t end = PlanChunk(id);
+    const size_t chunk_rows = end - lanes_[id].pos;
+    // The lanes that wait for the turn to go on: the decoding ones and the other prefills.
+    const size_t waiting = decoding + prefilling.size() - 1;
+    if (rows + chunk_rows > n_ubatch ||
+        (options_.chunks_together != ChunksTogether::kAll &&
+         !JoinsChunkGroup(first_tokens, chunk_rows, ends_prompt(id, end), waiting, costs))) {
+      return;
+    }
+    turn.Ran(static_cast<size_t>(id), candidates[*pick]);
+    group.push_back(id);
+    rows += chunk_rows;
+    if (ends_prompt(id, end)) ++first_tokens;
+  }
+}
+
+std::vector<int32_t> Scheduler::PrefillChunks(std::span<const int32_t> ids, std::span<const int32_t> decoding) {
+  std::vector<runtime::Engine::ChunkIn> chunks;
+  std::vector<size_t> ends;
+  size_t rows = 0;
+  bool ends_a_prompt = false;
+  for (int32_t id : ids) {
+    const Lane& lane = lanes_[id];
+    const std::vector<Token>& prompt = lane.job->prompt().tokens;
+    const size_t end = PlanChunk(id);
+    chunks.push_back({id, std::span(prompt.data() + lane.pos, end - lane.pos), static_cast<int32_t>(lane.pos),
+                      end == prompt.size()});
+    ends.push_back(end);
+    rows += end - lane.pos;
+    ends_a_prompt = ends_a_prompt || end == prompt.size();
+  }
+  // Decoding lanes beside them as beside one chunk: where the ubatch has room and no first token
+  // would wait for their rows.
+  const size_t n_ubatch = engine_->context().options().n_ubatch;
+  const size_t room = !ends_a_prompt && n_ubatch > rows ? n_ubatch - rows : 0;
+  std::vector<int32_t> stepping;
+  std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(decoding.first(std::min(room, decoding.size())), stepping);
+  const Clock::time_point start = Clock::now();
+  auto r = engine_->DecodeStepWithChunks(steps, chunks);
+  if (!r.ok()) {
+    for (int32_t id : ids) FinishLane(id, "", FromStatus(r.status()));
+    AfterSteps(stepping, r.status());
+    return stepping;
+  }
+  chunk_groups_.fetch_add(1);
+  if (!steps.empty()) steps_with_chunk_.fetch_add(1);
+  prefill_row_cost_.Add(MsBetween(start, Clock::now()), static_cast<double>(rows + steps.size()));
+  prefill_row_ms_.store(prefill_row_cost_.per_unit());
+  for (size_t i = 0; i < ids.size(); ++i) AfterChunk(ids[i], ends[i], std::move(r->chunks[i]));
+  if (!steps.empty()) AfterSteps(stepping, std::move(r->steps));
+  return stepping;
+}
+
+std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t> decoding) {
+  Lane& lane = lanes_[id];
+  Job& job = *lane.job;
+  const std::vector<Token>& prompt = job.prompt().tokens;
+  const size_t end = PlanChunk(id);
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
   // As many decoding lanes as the ubatch has room for beside the chunk (the chunk is not cut for
   // them: its rest would wait a turn, and with it a first token), and only beside a chunk that
@@ -848,10 +980,12 @@ std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t
   std::vector<int32_t> stepping;
   std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(decoding.first(std::min(room, decoding.size())), stepping);
   std::optional<StatusOr<std::vector<std::vector<float>>>> step_logits;  // set when lanes stepped beside
+  std::vector<float> logits;
   const Clock::time_point chunk_start = Clock::now();
   if (!steps.empty()) {
     // Never the prompt's last chunk (room is 0 there), so no logits of its own.
-    auto r = engine_->DecodeStepWithChunk(steps, {id, chunk, static_cast<int32_t>(lane.pos), false});
+    const runtime::Engine::ChunkIn in{id, chunk, static_cast<int32_t>(lane.pos), false};
+    auto r = engine_->DecodeStepWithChunks(steps, std::span(&in, 1));
     if (!r.ok()) {
       FinishLane(id, "", FromStatus(r.status()));
       AfterSteps(stepping, r.status());
@@ -860,12 +994,12 @@ std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t
     steps_with_chunk_.fetch_add(1);
     step_logits = std::move(r->steps);
   } else if (end == prompt.size()) {
-    auto logits = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));
-    if (!logits.ok()) {
-      FinishLane(id, "", FromStatus(logits.status()));
+    auto last = engine_->Decode(id, chunk, static_cast<int32_t>(lane.pos));
+    if (!last.ok()) {
+      FinishLane(id, "", FromStatus(last.status()));
       return {};
     }
-    lane.logits = std::move(*logits);
+    logits = std::move(*last);
   } else if (absl::Status s = engine_->Prefill(id, chunk, static_cast<int32_t>(lane.pos)); !s.ok()) {
     // Only the last chunk's logits are read: the others skip the output projection.
     FinishLane(id, "", FromStatus(s));
@@ -874,20 +1008,27 @@ std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t
   // A step beside the chunk counts its decode rows as prompt rows: each costs about as much there.
   prefill_row_cost_.Add(MsBetween(chunk_start, Clock::now()), static_cast<double>(chunk.size() + steps.size()));
   prefill_row_ms_.store(prefill_row_cost_.per_unit());
+  AfterChunk(id, end, std::move(logits));
+  if (step_logits) AfterSteps(stepping, std::move(*step_logits));
+  return stepping;
+}
+
+void Scheduler::AfterChunk(int32_t id, size_t end, std::vector<float> logits) {
+  Lane& lane = lanes_[id];
+  const size_t prompt_size = lane.job->prompt().tokens.size();
   lane.pos = end;
   ++lane.next_chunk;
-  if (end < prompt.size()) {
+  if (end < prompt_size) {
     const Clock::time_point record_start = Clock::now();
     cache_->AtBoundary(id, end);  // the records planned there, if any
     lane.timings.record_ms += MsBetween(record_start, Clock::now());
   }
-  if (lane.pos == prompt.size()) {
+  if (lane.pos == prompt_size) {
+    lane.logits = std::move(logits);
     lane.prefill_done = Clock::now();
     lane.phase = Phase::kGenerate;
     EmitToken(id);
   }
-  if (step_logits) AfterSteps(stepping, std::move(*step_logits));
-  return stepping;
 }
 
 void Scheduler::EmitToken(int32_t id) {

@@ -43,7 +43,7 @@
 // one-row class, the patch series' ragged split, an attention-only model; and the startup check
 // passes) a decoding lane steps in the first of the turn's chunks that does not end its
 // prompt and has room for it in its ubatch, in that chunk's llama_decode
-// (Engine::DecodeStepWithChunk: one graph, each lane's rows computed as alone), and the turn's
+// (Engine::DecodeStepWithChunks: one graph, each lane's rows computed as alone), and the turn's
 // closing decode step takes only the lanes that have not stepped; a step and a chunk then read the
 // weights once. A chunk that ends its prompt carries no decode rows (its first token would wait
 // for them), and no chunk is cut to make room (its rest would wait a turn). Hybrids step apart
@@ -102,6 +102,7 @@
 #include "skippy/server/cache_events.h"
 #include "skippy/server/job.h"
 #include "skippy/server/metrics.h"
+#include "skippy/server/prefill_order.h"
 #include "skippy/server/request.h"
 #include "skippy/server/server_options.h"
 #include "skippy/server/step_budget.h"
@@ -175,6 +176,12 @@ class Scheduler {
   // together, --mixed-steps on, an engine that can (Engine::CanStepWithChunk) and the startup
   // check passing (certify::CheckStepWithChunk).
   void DecideMixedSteps();
+  // Whether several lanes' chunks of a turn go into one llama_decode (sets chunks_together_): with
+  // lanes together, --chunks-together on, an engine that can (Engine::CanStepWithChunk) and the
+  // startup check passing (certify::CheckStepWithChunk, run once for both).
+  void DecideChunksTogether();
+  // The startup check of steps with chunks, run on the first call only ("" when it passed).
+  std::string WhyStepsWithChunksFail();
   // Why lanes cannot step together in the batch classes now in force ("" when they can): too many
   // rows for a ubatch, recurrent state with pad rows, or certify::CheckLaneBatching failing (its
   // report goes to lane_batching_json_["check"]).
@@ -213,9 +220,21 @@ class Scheduler {
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
   // (LaneCache::CutBatch). With `decoding` (lanes in Phase::kGenerate, mixed steps on) and a
   // batch that does not end the prompt, the tokens of as many of them as the ubatch has room for
-  // beside it go into its llama_decode (Engine::DecodeStepWithChunk); returns the lanes that
+  // beside it go into its llama_decode (Engine::DecodeStepWithChunks); returns the lanes that
   // stepped so (emitted, finished or failed like GenerateTogether's).
   std::vector<int32_t> PrefillChunk(int32_t lane_id, std::span<const int32_t> decoding = {});
+  // The lane's next chunk end, its planned batch first cut to PrefillRowsNow() (as PrefillChunk).
+  size_t PlanChunk(int32_t lane_id);
+  // With chunks_together_: adds to `group` (lanes whose chunks the turn runs next, Ran already)
+  // the chunks that the turn would run next while JoinsChunkGroup says so and they fit a ubatch.
+  void GrowChunkGroup(PrefillTurn& turn, std::vector<int32_t>& group, size_t overdue);
+  // The planned chunks of 2+ lanes (PlanChunk) in one Engine::DecodeStepWithChunks, with decoding
+  // lanes beside them as PrefillChunk puts them (mixed steps, no chunk ending its prompt); returns
+  // the lanes that stepped so.
+  std::vector<int32_t> PrefillChunks(std::span<const int32_t> lane_ids, std::span<const int32_t> decoding);
+  // After the lane's chunk up to `end` ran: the lane's position, its records there, and its first
+  // token when the chunk ended the prompt (`logits`: that chunk's last row).
+  void AfterChunk(int32_t lane_id, size_t end, std::vector<float> logits);
   // Decodes the lane's next_token and emits the token after it.
   void Generate(int32_t lane_id);
   // Generate for every lane in `lane_ids` (all in Phase::kGenerate) with one Engine::DecodeStep (a
@@ -259,7 +278,12 @@ class Scheduler {
   std::atomic<uint64_t> ragged_steps_count_{0};  // DecodeStep calls of lanes apart (one ragged graph each)
   bool mixed_steps_ = false;  // decoding lanes step beside prompt chunks (see above)
   nlohmann::json mixed_steps_json_;  // why (CacheStats "mixed_steps"); set by Load
-  std::atomic<uint64_t> steps_with_chunk_{0};  // DecodeStepWithChunk calls
+  std::atomic<uint64_t> steps_with_chunk_{0};  // DecodeStepWithChunks calls with decode rows
+  bool chunks_together_ = false;  // several lanes' chunks in one graph (see above)
+  nlohmann::json chunks_together_json_;  // why (CacheStats "chunks_together"); set by Load
+  std::atomic<uint64_t> chunk_groups_{0};  // DecodeStepWithChunks calls with 2+ chunks
+  std::optional<std::string> steps_with_chunks_check_;  // WhyStepsWithChunksFail's result, once run
+  nlohmann::json steps_with_chunks_check_json_;  // its report
   std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
   // A job waits for another lane's prefill only when that saves it at least this many tokens.
   static constexpr size_t kMinSharedPrefill = 64;

@@ -7,6 +7,12 @@
 
 namespace skippy::server {
 
+// --chunks-together: which prompt chunks of a turn share one graph (ServerOptions::chunks_together).
+enum class ChunksTogether { kOff, kOn, kAll };
+inline const char* ChunksTogetherName(ChunksTogether c) {
+  return c == ChunksTogether::kOff ? "off" : c == ChunksTogether::kOn ? "on" : "all";
+}
+
 struct ServerOptions {
   // Model and runtime.
   std::string model_path;
@@ -49,9 +55,14 @@ struct ServerOptions {
   // (Engine::CanStepLanesApart).
   bool ragged_steps = true;
   // --mixed-steps on|off: with lanes together, decoding lanes step in a prompt chunk's llama_decode
-  // (one graph: Engine::DecodeStepWithChunk) where the engine can and the startup check passes.
+  // (one graph: Engine::DecodeStepWithChunks) where the engine can and the startup check passes.
   // Off by default: measured neutral on the bench models here (docs/evidence/mixed-steps/).
   bool mixed_steps = false;
+  // --chunks-together off|on|all: with lanes together, the prompt chunks of several lanes in one
+  // turn go into one llama_decode (one graph: Engine::DecodeStepWithChunks) where the engine can and
+  // the startup check passes: "on" where that lowers the summed waits (JoinsChunkGroup,
+  // prefill_order.h), "all" every chunk the turn runs while they fit a ubatch.
+  ChunksTogether chunks_together = ChunksTogether::kOff;
   // Prefill chunking: from the restored prefix, batches of at most prefill_chunk tokens (at least
   // 2 * runtime::MinExactBatch), ending at every planned record boundary.
   uint32_t prefill_chunk = 512;
