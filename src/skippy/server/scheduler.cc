@@ -919,7 +919,7 @@ void Scheduler::GrowChunkGroup(PrefillTurn& turn, std::vector<int32_t>& group, s
     const size_t waiting = decoding + prefilling.size() - 1;
     if (rows + chunk_rows > n_ubatch ||
         (options_.chunks_together != ChunksTogether::kAll &&
-         !JoinsChunkGroup(first_tokens, chunk_rows, ends_prompt(id, end), waiting, costs))) {
+         !JoinsChunkGroup(first_tokens, rows, chunk_rows, ends_prompt(id, end), waiting, costs))) {
       return;
     }
     turn.Ran(static_cast<size_t>(id), candidates[*pick]);

@@ -7,7 +7,8 @@
 // as soon as its logits exist (the first one right after the last prefill chunk) and decoded at
 // the lane's next step, so a first token does not wait for the other lanes once its prefill is
 // done. A prefill chunk never holds another lane's prompt rows (with --mixed-steps on, other
-// lanes' decode rows may share its llama_decode, below).
+// lanes' decode rows may share its llama_decode, and with --chunks-together other lanes' chunks,
+// below).
 //
 // The one-row class (--one-row-class=auto, the default: DecideOneRowClass keeps it where a lone
 // decode step measured at load costs at most kLoneStepTolerance more in it, kLaneStepTolerance
@@ -47,7 +48,9 @@
 // closing decode step takes only the lanes that have not stepped; a step and a chunk then read the
 // weights once. A chunk that ends its prompt carries no decode rows (its first token would wait
 // for them), and no chunk is cut to make room (its rest would wait a turn). Hybrids step apart
-// from chunks.
+// from chunks. With chunks together (--chunks-together on|all, the same engines and check), the
+// chunks the turn runs next join the first one's llama_decode while JoinsChunkGroup says so (on)
+// or while they fit a ubatch (all); decoding lanes ride along as beside one chunk.
 // Jobs that arrive together then get their first tokens one turn apart, so their lanes finish
 // and their clients come back apart too; prefilling them all before the next decode step kept a
 // burst of clients in lockstep, every one waiting for the others' prefills at every request.
