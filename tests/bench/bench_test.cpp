@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -84,6 +85,39 @@ TEST_F(BenchTest, RunnerMeasuresADenseAndAHybridFamilyAgainstLlamaServer) {
   EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "production-cache-bench.md"));
 }
 
+// Rounds: both sides measured in each, a row's numbers the medians of the rounds' medians.
+TEST_F(BenchTest, RoundsTakeTurnsAndARowIsTheMedianOfTheirMedians) {
+  auto o = Options();
+  o.cases = {"llama"};
+  o.rounds = 3;
+  auto doc = bench::RunProduction(o);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ((*doc)["rows"].size(), 1u);
+  const json& r = (*doc)["rows"][0];
+  EXPECT_EQ(r["status"], "ok") << r.dump(2);
+  EXPECT_EQ(r["rounds"], 3);
+  EXPECT_EQ(r["settings"]["rounds"], 3);
+  const json& runs = r["llama_server"]["runs"];
+  ASSERT_EQ(runs.size(), 9u);
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i]["round"], static_cast<int>(i / 3)) << runs.dump();
+  auto median_of = [](const json& v) {
+    std::vector<double> x = v.get<std::vector<double>>();
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  const json& skippy = r["skippy_hit_round_medians_ms"];
+  const json& llama = r["llama_server"]["round_medians_ms"];
+  ASSERT_EQ(skippy.size(), 3u);
+  ASSERT_EQ(llama.size(), 3u);
+  EXPECT_DOUBLE_EQ(r["skippy_hit_median_ms"].get<double>(), median_of(skippy));
+  EXPECT_DOUBLE_EQ(r["llama_server_warm_median_ms"].get<double>(), median_of(llama));
+  EXPECT_DOUBLE_EQ(r["speedup"].get<double>(), median_of(llama) / median_of(skippy));
+  // Every round certified: each left its report in the work directory.
+  for (const char* tag : {"llama-p128.certify.json", "llama-p128-r1.certify.json", "llama-p128-r2.certify.json"}) {
+    EXPECT_TRUE(fs::exists(fs::path(o.output_dir) / "work" / tag)) << tag;
+  }
+}
+
 TEST_F(BenchTest, UseCaseRowsCarryTheirSource) {
   auto o = Options();
   o.cases = {"olmo"};
@@ -144,6 +178,9 @@ TEST_F(BenchTest, UnknownCaseAndBadOptionsAreErrors) {
   EXPECT_EQ(bench::RunProduction(o).status().code(), absl::StatusCode::kNotFound);
   o = Options();
   o.prefix_tokens = {4096};
+  EXPECT_EQ(bench::RunProduction(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.rounds = 0;
   EXPECT_EQ(bench::RunProduction(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -36,8 +36,10 @@ std::unique_ptr<Engine> Open(const std::string& path_or_family, bool flash_attn,
 }
 
 // Four lanes of unequal lengths; chunks of 1, 7 and 40 rows into one lane (not always the lowest
-// id) beside one to three stepping lanes, and chunks into two or three lanes (not in lane order)
-// beside none or some, compared with the same rows alone. Then the startup check.
+// id) beside one to three stepping lanes, and chunks into two or three lanes (not in lane order,
+// of equal and unequal lengths, up to 134 rows) beside none or some, compared with the same rows
+// alone (a chunk without an output row by its lane's exported state and next step). Then the
+// startup check.
 void ExpectEveryRowAsAlone(const std::string& model) {
   for (bool fa : {true, false}) {
     SCOPED_TRACE(StrCat(model, " flash_attn=", fa));
@@ -50,9 +52,13 @@ void ExpectEveryRowAsAlone(const std::string& model) {
       std::vector<std::pair<int32_t, size_t>> chunks;  // lane, rows
       std::vector<int32_t> stepping;
     };
-    const Case cases[] = {{{{0, 40}}, {1, 2, 3}}, {{{2, 7}}, {0}},        {{{3, 1}}, {1, 2}},
-                          {{{1, 40}}, {3}},       {{{0, 40}, {2, 7}}, {1, 3}}, {{{3, 1}, {1, 40}}, {}},
-                          {{{2, 7}, {0, 40}, {3, 1}}, {1}}};
+    // Among the chunks, equal runs on lanes that follow each other (llama.cpp's stock multi-stream
+    // ubatch) and on lanes apart, a group of 64+ rows, and every second chunk without an output row.
+    const Case cases[] = {{{{0, 40}}, {1, 2, 3}},     {{{2, 7}}, {0}},
+                          {{{3, 1}}, {1, 2}},         {{{1, 40}}, {3}},
+                          {{{0, 40}, {2, 7}}, {1, 3}}, {{{3, 1}, {1, 40}}, {}},
+                          {{{2, 7}, {0, 40}, {3, 1}}, {1}}, {{{0, 16}, {1, 16}}, {}},
+                          {{{0, 16}, {2, 16}}, {1, 3}}, {{{1, 70}, {3, 64}}, {0}}};
     for (const Case& c : cases) {
       std::string what;
       for (const auto& [lane, rows] : c.chunks) what += StrCat(" ", rows, " rows into lane ", lane);
@@ -63,13 +69,19 @@ void ExpectEveryRowAsAlone(const std::string& model) {
       }
       std::vector<Engine::ChunkIn> chunks;
       for (const auto& [lane, rows] : c.chunks) {
-        chunks.push_back({lane, std::span(tokens).subspan(static_cast<size_t>(lengths[lane]), rows), lengths[lane], true});
+        chunks.push_back({lane, std::span(tokens).subspan(static_cast<size_t>(lengths[lane]), rows), lengths[lane],
+                          chunks.size() % 2 == 0});
       }
       std::vector<Engine::DecodeStepIn> steps;
       for (int32_t l : c.stepping) steps.push_back({l, tokens[static_cast<size_t>(l) + 1], lengths[l]});
       // Alone.
       std::vector<std::vector<float>> chunks_alone;
       for (const Engine::ChunkIn& ch : chunks) {
+        if (!ch.logits) {
+          ASSERT_TRUE(e->Prefill(ch.lane, ch.tokens, ch.pos).ok());
+          chunks_alone.emplace_back();
+          continue;
+        }
         auto one = e->Decode(ch.lane, ch.tokens, ch.pos);
         ASSERT_TRUE(one.ok()) << one.status();
         chunks_alone.push_back(std::move(*one));
@@ -96,6 +108,7 @@ void ExpectEveryRowAsAlone(const std::string& model) {
       ASSERT_TRUE(mixed.ok()) << mixed.status();
       ASSERT_EQ(mixed->chunks.size(), chunks.size());
       for (size_t i = 0; i < chunks.size(); ++i) {
+        EXPECT_EQ(mixed->chunks[i].empty(), !chunks[i].logits);
         EXPECT_TRUE(env::SameBytes(mixed->chunks[i], chunks_alone[i])) << "lane " << chunks[i].lane << "'s chunk differs";
       }
       ASSERT_EQ(mixed->steps.size(), steps.size());

@@ -229,23 +229,24 @@ TEST(SharedPrefill, DecidesOnWhatThePrefillWillRecord) {
 // Q4_K_M on two cores: a graph reads the weights in ~9 ms, a row computes in ~0.8 ms).
 TEST(ChunkGroup, JoinsWhereOneGraphLowersTheWaits) {
   const ChunkGroupCosts costs{9.0, 0.8};
-  // Nobody's first token waits for a group of middle chunks: any chunk joins.
-  EXPECT_TRUE(JoinsChunkGroup(0, 256, 200, false, 0, costs));
-  EXPECT_TRUE(JoinsChunkGroup(0, 8, 500, true, 0, ChunkGroupCosts{}));
+  // Nobody's first token waits for a group of middle chunks: any chunk joins, costs known or not.
+  EXPECT_TRUE(JoinsChunkGroup(0, 256, 200, 0, costs));
+  EXPECT_TRUE(JoinsChunkGroup(0, 8, 500, 0, ChunkGroupCosts{}));
   // Two suffixes of 4 rows: one graph takes what each takes alone.
-  EXPECT_TRUE(JoinsChunkGroup(1, 4, 4, true, 0, costs));
+  EXPECT_TRUE(JoinsChunkGroup(1, 4, 4, 0, costs));
   // Of 10 rows each: the first would wait 7 ms more for the second's token 2 ms earlier.
-  EXPECT_FALSE(JoinsChunkGroup(1, 10, 10, true, 0, costs));
+  EXPECT_FALSE(JoinsChunkGroup(1, 10, 10, 0, costs));
   // Of 24 rows each, compute-bound: nothing saved, the first waits 19 ms more.
-  EXPECT_FALSE(JoinsChunkGroup(1, 24, 24, true, 4, costs));
-  // 6 rows beside 8: 6.8 ms saved to each of three lanes against 2.2 ms more for the first.
-  EXPECT_TRUE(JoinsChunkGroup(1, 8, 6, true, 2, costs));
+  EXPECT_FALSE(JoinsChunkGroup(1, 24, 24, 4, costs));
+  // 6 rows beside 8: 6.8 ms saved to it and two waiting lanes against 2.2 ms more for the first.
+  EXPECT_TRUE(JoinsChunkGroup(1, 8, 6, 2, costs));
   // With four first tokens in the group, 8.8 ms of waiting against 6.8 saved.
-  EXPECT_FALSE(JoinsChunkGroup(4, 8, 6, true, 0, costs));
+  EXPECT_FALSE(JoinsChunkGroup(4, 8, 6, 0, costs));
   // A long cold chunk does not join a hit's suffix, even with lanes waiting.
-  EXPECT_FALSE(JoinsChunkGroup(1, 10, 480, false, 4, costs));
-  // Unknown costs: only the free joins.
-  EXPECT_FALSE(JoinsChunkGroup(1, 2, 2, true, 8, ChunkGroupCosts{}));
+  EXPECT_FALSE(JoinsChunkGroup(1, 10, 480, 4, costs));
+  // A cost not measured yet (no prefill so far): only the free joins.
+  EXPECT_FALSE(JoinsChunkGroup(1, 2, 2, 8, ChunkGroupCosts{}));
+  EXPECT_FALSE(JoinsChunkGroup(1, 2, 2, 8, ChunkGroupCosts{9.0, 0}));
 }
 
 }  // namespace

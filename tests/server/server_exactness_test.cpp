@@ -495,7 +495,7 @@ void ExpectChunksTogetherChangeNoAnswer(const std::string& family) {
   }
   // Tiny models prefill a short prompt in about a millisecond: rounds until each server has run
   // chunks together, every answer checked in every round.
-  for (int round = 0; round < 6 && (together(*off).value("groups", 0) == 0 || together(*on).value("groups", 0) == 0);
+  for (int round = 0; round < 10 && (together(*off).value("groups", 0) == 0 || together(*on).value("groups", 0) == 0);
        ++round) {
     std::array<json, 4> reqs, alone;
     for (int i = 0; i < 4; ++i) {

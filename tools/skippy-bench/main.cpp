@@ -85,6 +85,11 @@ int main(int argc, char** argv) {
   prod->add_option("--use-case-corpus", o.use_case_corpus, "corpus JSON")->capture_default_str();
   prod->add_option("--cache-hit-repeats", o.cache_hit_repeats, "Skippy cache hits per row")->capture_default_str();
   prod->add_option("--llama-repeats", o.llama_repeats, "llama-server requests per row")->capture_default_str();
+  prod->add_option("--rounds", o.rounds,
+                   "alternating rounds of both sides per row (a certification with its hits, then llama-server's "
+                   "requests; llama-server first in every second round); a row's numbers are the medians of the "
+                   "rounds' medians")
+      ->capture_default_str()->check(CLI::Range(1, 99));
   prod->add_flag("--skip-llama-server", o.skip_llama_server, "certify and time Skippy only");
   prod->add_option("--llama-server-bin", o.llama_server_bin, "llama-server binary")->capture_default_str();
   prod->add_option("--correctness-bin", o.correctness_bin, "skippy-correctness binary")->capture_default_str();

@@ -1,7 +1,10 @@
 // skippy-bench production: certify each family with the state-handoff certifier, then measure
 // llama-server (same llama.cpp build, matched settings) on the certifier's exact benchmark prompt,
 // and write one row per (family, prefix length, use case) to OUT/production-cache-bench.json (and
-// .md), rewritten after every row so an interrupted run keeps what it measured.
+// .md), rewritten after every row so an interrupted run keeps what it measured. Each row takes
+// `rounds` turns of both sides (a certification with its timed hits, then llama-server's requests;
+// llama-server first in every second round), and its numbers are the medians of the rounds'
+// medians, so a drift of the machine's speed during a row falls on both sides.
 //
 // A family is measured against llama-server only if its certification passes; a failing, missing or
 // timed-out case gets a status and a note and the run continues.
@@ -28,6 +31,7 @@ struct ProductionOptions {
   std::string use_case_corpus;
   int cache_hit_repeats = 5;
   int llama_repeats = 6;                   // the first is cold; the median of the other five is the baseline
+  int rounds = 1;                          // alternating turns of both sides per row (see above)
   bool skip_llama_server = false;
   std::string llama_server_bin;
   std::string correctness_bin;

@@ -104,7 +104,12 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
                  settings.value("llama_parallel", 1), ", Skippy lanes ", settings.value("runtime_lane_count", 1), ".");
   }
   md += "\nSpeedup = llama-server warm median (runs 2..N, timed at the client over HTTP) / Skippy hit median "
-        "(restore + decode of the continuation, in-process). Cache bytes are measured.\n\n";
+        "(restore + decode of the continuation, in-process)";
+  if (const int rounds = settings.is_null() ? 1 : settings.value("rounds", 1); rounds > 1) {
+    md += StrCat(", each the median of ", rounds,
+                 " rounds' medians, the two sides taking turns (llama-server first in every second round)");
+  }
+  md += ". Cache bytes are measured.\n\n";
 
   // --- Full-GGUF -------------------------------------------------------------------------------
   md += "## Full-GGUF llama-server vs Skippy\n\n";
@@ -204,7 +209,7 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
   for (const json& r : full) if (r.value("package_only", false)) pkg.push_back(r);
   if (!pkg.empty()) {
     md += "\n## Package-only\n\nBaseline: Skippy's own recompute of the same stage (prefill of the prefix + "
-          "continuation); a monolithic llama-server baseline of the full real model does not fit this machine. "
+          "continuation, the first round's certification); a monolithic llama-server baseline of the full real model does not fit this machine. "
           "The llama-server column is the synthetic stand-in served by llama-server, for reference.\n\n"
           "| Family | Model ref | Payload | Correctness | Prefix tokens | Skippy recompute ms | Skippy hit median ms | "
           "Speedup vs recompute | llama-server warm median ms | Cache bytes | Notes |\n"

@@ -71,11 +71,12 @@ StatusOr<LaneBatchingReport> Run(Engine& engine, int32_t a, int32_t b) {
 
 // Each lane's chunk (where `chunks[i]` is not empty) or step (where it is), alone (separately) or
 // in one DecodeStepWithChunks; then a step of all lanes together. Returns the logits of each lane's
-// chunk (its last row) or step, in lane order, then those of the step after.
+// chunk (its last row; none for `quiet_lane`'s, which asks for no output row, as a prompt's middle
+// chunk) or step, in lane order, then those of the step after.
 StatusOr<std::vector<std::vector<float>>> ChunksAndSteps(Engine& engine, std::span<const int32_t> lanes,
                                                          std::span<const int32_t> lengths,
                                                          std::span<const std::span<const Token>> chunks, Token next,
-                                                         bool mixed) {
+                                                         bool mixed, int32_t quiet_lane = -1) {
   std::vector<std::vector<float>> out(lanes.size());
   if (mixed) {
     std::vector<Engine::ChunkIn> in_chunks;
@@ -86,7 +87,7 @@ StatusOr<std::vector<std::vector<float>>> ChunksAndSteps(Engine& engine, std::sp
         steps.push_back({lanes[i], next, lengths[i]});
         step_of.push_back(i);
       } else {
-        in_chunks.push_back({lanes[i], chunks[i], lengths[i], true});
+        in_chunks.push_back({lanes[i], chunks[i], lengths[i], lanes[i] != quiet_lane});
         chunk_of.push_back(i);
       }
     }
@@ -99,6 +100,8 @@ StatusOr<std::vector<std::vector<float>>> ChunksAndSteps(Engine& engine, std::sp
         const Engine::DecodeStepIn s{lanes[i], next, lengths[i]};
         SKIPPY_ASSIGN_OR_RETURN(auto one, engine.DecodeStep(std::span(&s, 1)));
         out[i] = std::move(one[0]);
+      } else if (lanes[i] == quiet_lane) {
+        SKIPPY_RETURN_IF_ERROR(engine.Prefill(lanes[i], chunks[i], lengths[i]));
       } else {
         SKIPPY_ASSIGN_OR_RETURN(out[i], engine.Decode(lanes[i], chunks[i], lengths[i]));
       }
@@ -160,6 +163,16 @@ StatusOr<StepWithChunkReport> RunStepWithChunk(Engine& engine, std::span<const i
     SKIPPY_ASSIGN_OR_RETURN(auto alone, ChunksAndSteps(engine, lanes, lengths, two_chunks, next, /*mixed=*/false));
     SKIPPY_ASSIGN_OR_RETURN(auto mixed, ChunksAndSteps(engine, lanes, lengths, two_chunks, next, /*mixed=*/true));
     r.chunks_together_equal = EqualIn(alone, mixed, 0, 2 * n);
+  }
+  {
+    // Runs of equal lengths take another path through llama.cpp's split (on lanes that follow each
+    // other, its stock multi-stream ubatch); lane b's chunk asks for no output row.
+    std::vector<std::span<const Token>> equal(n);
+    equal[0] = chunk.first(second_chunk_rows);
+    equal[1] = second;
+    SKIPPY_ASSIGN_OR_RETURN(auto alone, ChunksAndSteps(engine, lanes, lengths, equal, next, false, lanes[1]));
+    SKIPPY_ASSIGN_OR_RETURN(auto mixed, ChunksAndSteps(engine, lanes, lengths, equal, next, true, lanes[1]));
+    r.chunks_together_equal = r.chunks_together_equal && EqualIn(alone, mixed, 0, 2 * n);
   }
   r.pass = r.chunk_equal && r.steps_equal && r.next_equal && r.chunks_together_equal;
   return r;

@@ -53,13 +53,14 @@ StatusOr<LaneBatchingReport> CheckLaneBatching(runtime::Engine& engine, int32_t 
 // (its last row's logits), one step of b, one of c; then each lane one step further, all together.
 // Mixed: the lanes cut back to their prompts, the chunk and the two steps in one
 // DecodeStepWithChunks, then the same step of all lanes together. Then the same with an 11-row
-// chunk into lane b in place of its step (two chunks of unequal lengths in one graph). Pass: every
+// chunk into lane b in place of its step (two chunks of unequal lengths in one graph), and with
+// 11-row chunks into lanes a and b, b's without an output row (runs of equal lengths). Pass: every
 // logits vector byte-identical both ways (the step after shows that the KV the mixed step wrote is
 // the KV written alone). Lanes are cleared before and after.
 struct StepWithChunkReport {
   size_t chunk_rows = 0, lanes_stepping = 0;
   bool chunk_equal = false, steps_equal = false, next_equal = false;
-  bool chunks_together_equal = false;  // the second case: two chunks (and c's step) in one graph
+  bool chunks_together_equal = false;  // the two-chunk cases (and c's step) in one graph
   bool pass = false;
   nlohmann::json ToJson() const;
 };

@@ -42,13 +42,14 @@ void PrefillTurn::Ran(size_t lane, const PrefillCandidate& c) {
   rows_run_ += c.next_rows;
 }
 
-bool JoinsChunkGroup(size_t group_first_tokens, size_t group_rows, size_t rows, bool ends_prompt, size_t waiting,
+bool JoinsChunkGroup(size_t group_first_tokens, size_t group_rows, size_t rows, size_t waiting,
                      const ChunkGroupCosts& costs) {
   if (group_first_tokens == 0) return true;
+  if (costs.graph_ms <= 0 || costs.row_ms <= 0) return false;
   auto graph = [&](size_t n) { return std::max(costs.graph_ms, static_cast<double>(n) * costs.row_ms); };
   const double delay = graph(group_rows + rows) - graph(group_rows);
   const double saved = graph(group_rows) + graph(rows) - graph(group_rows + rows);
-  return static_cast<double>(group_first_tokens) * delay < saved * static_cast<double>((ends_prompt ? 1 : 0) + waiting);
+  return static_cast<double>(group_first_tokens) * delay < saved * static_cast<double>(1 + waiting);
 }
 
 std::optional<SharedPrefill> SharedPrefillToWaitFor(std::span<const int32_t> prompt, std::string_view tenant_namespace,

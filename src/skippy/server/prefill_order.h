@@ -96,22 +96,23 @@ class PrefillTurn {
 
 // Chunks together (skippy-server --chunks-together on): the chunks of a turn, in the order Next
 // gives them, share one graph (Engine::DecodeStepWithChunks) while that lowers the sum of the waits
-// it moves. A graph of n rows takes about max(graph_ms, n * row_ms): below some rows it is the pass
-// over the weights (graph_ms), above them compute (on bench Llama Q4_K_M on two cores, 8 rows took
-// 9.5 ms and 16 to 128 rows 0.82 ms each; docs/evidence/chunks-together/). A chunk of `rows` that
-// joins a group of `group_rows` makes each of the group's chunks that end their prompt
-// (`group_first_tokens`: their first tokens come when the whole graph is done) wait
-// t(group_rows + rows) - t(group_rows) more, and saves t(group_rows) + t(rows) - t(group_rows + rows)
-// to itself when it ends its prompt and to each of `waiting` lanes that wait for the turn to go on
-// (decoding lanes, other prefills). It joins when the second, so weighted, is larger; always when
-// no chunk of the group ends its prompt (nobody's first token waits for it). So short suffixes
+// it moves. A graph of n rows takes about t(n) = max(graph_ms, n * row_ms): below some rows it is
+// the pass over the weights (graph_ms), above them compute (on bench Llama Q4_K_M on two cores, two
+// 8-row chunks took 13.8 ms in one graph and 19.0 in two, two of 16 rows 26.7 and 27.8;
+// docs/evidence/chunks-together/). A chunk of `rows` that joins a group of `group_rows` makes each
+// of the group's chunks that end their prompt (`group_first_tokens`: their first tokens come when
+// the whole graph is done) wait t(group_rows + rows) - t(group_rows) more, and saves
+// t(group_rows) + t(rows) - t(group_rows + rows) to itself and to each of `waiting` other lanes
+// that wait for the turn to go on (decoding lanes, other prefills). It joins when what it saves,
+// so weighted, is larger; always when no chunk of the group ends its prompt (nobody's first token
+// waits for it); with a cost unknown (0, before the first prefill), only then. So short suffixes
 // join, where a graph is mostly weight reads, and long chunks do not join a suffix. The caller
-// keeps the group within a ubatch.
+// keeps the group within a ubatch and in the turn's order.
 struct ChunkGroupCosts {
-  double graph_ms = 0;  // a graph's pass over the weights (0: unknown, then only the free joins)
+  double graph_ms = 0;  // a graph's pass over the weights
   double row_ms = 0;    // a prefill row's compute
 };
-bool JoinsChunkGroup(size_t group_first_tokens, size_t group_rows, size_t rows, bool ends_prompt, size_t waiting,
+bool JoinsChunkGroup(size_t group_first_tokens, size_t group_rows, size_t rows, size_t waiting,
                      const ChunkGroupCosts& costs);
 
 // A job whose prefill is under way: begun (restored), its first token not out yet.

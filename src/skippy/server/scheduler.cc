@@ -437,7 +437,7 @@ void Scheduler::DecideMixedSteps() {
   } else if (!engine_->CanStepWithChunk()) {
     why = "recurrent state or a learned architecture: decode rows step apart from prompt chunks";
   } else {
-    why = WhyStepsWithChunksFail();
+    why = WhyStepsWithChunksFail(/*chunks_together=*/false);
     if (!steps_with_chunks_check_json_.is_null()) mixed_steps_json_["check"] = steps_with_chunks_check_json_;
   }
   mixed_steps_ = why.empty();
@@ -450,17 +450,27 @@ void Scheduler::DecideMixedSteps() {
   }
 }
 
-std::string Scheduler::WhyStepsWithChunksFail() {
-  if (steps_with_chunks_check_) return *steps_with_chunks_check_;
-  auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
-  if (!check.ok()) {
-    steps_with_chunks_check_ = StrCat("the step-with-chunk check could not run: ", check.status().message());
-  } else {
-    steps_with_chunks_check_json_ = check->ToJson();
-    steps_with_chunks_check_ =
-        check->pass ? "" : "the step-with-chunk check failed: a row's logits differ beside a chunk or another lane's chunk";
+std::string Scheduler::WhyStepsWithChunksFail(bool chunks_together) {
+  if (!steps_with_chunks_check_) {
+    auto check = certify::CheckStepWithChunk(*engine_, 0, 1, options_.lane_count >= 3 ? 2 : -1);
+    if (check.ok()) {
+      steps_with_chunks_check_json_ = check->ToJson();
+      steps_with_chunks_check_ = *check;
+    } else {
+      steps_with_chunks_check_ = check.status();
+    }
   }
-  return *steps_with_chunks_check_;
+  if (!steps_with_chunks_check_->ok()) {
+    return StrCat("the step-with-chunk check could not run: ", steps_with_chunks_check_->status().message());
+  }
+  const certify::StepWithChunkReport& r = **steps_with_chunks_check_;
+  if (!r.chunk_equal || !r.steps_equal || !r.next_equal) {
+    return "the step-with-chunk check failed: a row's logits differ beside a chunk";
+  }
+  if (chunks_together && !r.chunks_together_equal) {
+    return "the step-with-chunk check failed: a row's logits differ beside another lane's chunk";
+  }
+  return "";
 }
 
 void Scheduler::DecideChunksTogether() {
@@ -475,7 +485,7 @@ void Scheduler::DecideChunksTogether() {
   } else if (!engine_->CanStepWithChunk()) {
     why = "recurrent state or a learned architecture: each lane's chunk is a graph of its own";
   } else {
-    why = WhyStepsWithChunksFail();
+    why = WhyStepsWithChunksFail(/*chunks_together=*/true);
     if (!steps_with_chunks_check_json_.is_null()) chunks_together_json_["check"] = steps_with_chunks_check_json_;
   }
   chunks_together_ = why.empty();
@@ -679,14 +689,14 @@ void Scheduler::StepTogether() {
     if (!pick) break;
     const auto id = static_cast<int32_t>(prefilling[*pick]);
     turn.Ran(static_cast<size_t>(id), candidates[*pick]);
-    // With chunks together, the chunks the turn runs next join this one's graph while that pays.
-    std::vector<int32_t> group = {id};
+    // With chunks together, the chunks the turn runs next join this one's graph where they may.
+    std::vector<PlannedChunk> group = {{id, 0}};
     if (chunks_together_) GrowChunkGroup(turn, group, 2 * n);
-    for (size_t i : prefilling) {
-      const bool in_group = std::find(group.begin(), group.end(), static_cast<int32_t>(i)) != group.end();
-      lanes_[i].passed_over = in_group ? 0 : lanes_[i].passed_over + group.size();
-    }
-    if (mixed_steps_ || group.size() > 1) {
+    auto in_group = [&](size_t i) {
+      return std::any_of(group.begin(), group.end(), [&](const PlannedChunk& c) { return c.lane == static_cast<int32_t>(i); });
+    };
+    for (size_t i : prefilling) lanes_[i].passed_over = in_group(i) ? 0 : lanes_[i].passed_over + group.size();
+    if (mixed_steps_ || chunks_together_) {
       // The decoding lanes that have not stepped this turn step in the chunks' llama_decode (with
       // mixed steps).
       std::vector<int32_t> decoding;
@@ -696,9 +706,9 @@ void Scheduler::StepTogether() {
           stepped[i] = lanes_[i].admitted + 1;  // cleared again below unless it stepped
         }
       }
-      std::erase_if(group, [&](int32_t g) { return FinishIfCancelled(g); });
+      std::erase_if(group, [&](const PlannedChunk& c) { return FinishIfCancelled(c.lane); });
       std::vector<int32_t> did;
-      if (group.size() == 1) did = PrefillChunk(group[0], decoding);
+      if (group.size() == 1) did = PrefillChunk(group[0].lane, decoding, group[0].end);
       if (group.size() > 1) did = PrefillChunks(group, decoding);
       for (int32_t i : decoding) {
         if (std::find(did.begin(), did.end(), i) == did.end()) stepped[static_cast<size_t>(i)] = 0;
@@ -883,66 +893,77 @@ size_t Scheduler::PlanChunk(int32_t id) {
   return lane.chunk_ends[lane.next_chunk];
 }
 
-void Scheduler::GrowChunkGroup(PrefillTurn& turn, std::vector<int32_t>& group, size_t overdue) {
+void Scheduler::GrowChunkGroup(PrefillTurn& turn, std::vector<PlannedChunk>& group, size_t overdue) {
   const size_t n_ubatch = engine_->context().options().n_ubatch;
   const double graph_ms = !decode_step_ms_.empty() ? decode_step_ms_[0] : decode_lane_cost_.per_unit();
   const ChunkGroupCosts costs{graph_ms, prefill_row_cost_.per_unit()};
-  auto in_group = [&](size_t i) { return std::find(group.begin(), group.end(), static_cast<int32_t>(i)) != group.end(); };
-  auto ends_prompt = [&](int32_t id, size_t end) { return end == lanes_[id].job->prompt().tokens.size(); };
-  size_t rows = 0, first_tokens = 0;
-  {
-    const size_t end = PlanChunk(group[0]);
-    rows = end - lanes_[group[0]].pos;
-    first_tokens = ends_prompt(group[0], end) ? 1 : 0;
-  }
+  auto prompt_size = [&](int32_t id) { return lanes_[id].job->prompt().tokens.size(); };
+  group[0].end = PlanChunk(group[0].lane);
+  size_t rows = group[0].end - lanes_[group[0].lane].pos;
   while (true) {
+    // The turn's next pick among every open lane, those in the group as they will be after their
+    // chunk: where that is a lane of the group (a hit's tail after its branch point), the group
+    // ends, so no chunk goes before a chunk the turn would have run first.
     std::vector<PrefillCandidate> candidates;
-    std::vector<size_t> prefilling;
-    size_t decoding = 0;
+    std::vector<int32_t> lane_of;
+    std::vector<char> of_group;
+    size_t decoding = 0, first_tokens = 0;
     const Clock::time_point now = Clock::now();
     for (size_t i = 0; i < lanes_.size(); ++i) {
       const Lane& l = lanes_[i];
+      const auto id = static_cast<int32_t>(i);
       if (l.job && l.phase == Phase::kGenerate) ++decoding;
-      if (!l.job || l.phase != Phase::kPrefill || !turn.Open(i) || in_group(i) || l.job->cancelled()) continue;
-      const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
+      if (!l.job || l.phase != Phase::kPrefill || !turn.Open(i) || l.job->cancelled()) continue;
+      size_t pos = l.pos, next_chunk = l.next_chunk;
+      const auto m = std::find_if(group.begin(), group.end(), [&](const PlannedChunk& c) { return c.lane == id; });
+      if (m != group.end()) {
+        if (m->end == prompt_size(id)) continue;
+        pos = m->end;
+        ++next_chunk;
+      }
+      of_group.push_back(m != group.end());
+      const size_t rows_left = prompt_size(id) - pos;
       const bool late = options_.ttft_slo_ms > 0 &&
                         static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
-      candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
-      prefilling.push_back(i);
+      candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[next_chunk] - pos, late});
+      lane_of.push_back(id);
+    }
+    // The first tokens that wait for the group's graph: its chunks that end their prompt. (A lane of
+    // the group whose next chunk would follow in this turn is not delayed by a chunk that the turn
+    // runs before that one anyway.)
+    for (const PlannedChunk& c : group) {
+      if (c.end == prompt_size(c.lane)) ++first_tokens;
     }
     const std::optional<size_t> pick = turn.Next(candidates, overdue);
-    if (!pick) return;
-    const auto id = static_cast<int32_t>(prefilling[*pick]);
-    const size_t end = PlanChunk(id);
-    const size_t chunk_rows = end - lanes_[id].pos;
+    if (!pick || of_group[*pick]) return;  // the turn ends, or a lane of the group goes next
+    const int32_t id = lane_of[*pick];
+    const Lane& lane = lanes_[id];
+    const size_t chunk_rows = candidates[*pick].next_rows;
     // The lanes that wait for the turn to go on: the decoding ones and the other prefills.
-    const size_t waiting = decoding + prefilling.size() - 1;
+    const size_t waiting = decoding + candidates.size() - 1;
     if (rows + chunk_rows > n_ubatch ||
         (options_.chunks_together != ChunksTogether::kAll &&
-         !JoinsChunkGroup(first_tokens, rows, chunk_rows, ends_prompt(id, end), waiting, costs))) {
+         !JoinsChunkGroup(first_tokens, rows, chunk_rows, waiting, costs))) {
       return;
     }
     turn.Ran(static_cast<size_t>(id), candidates[*pick]);
-    group.push_back(id);
-    rows += chunk_rows;
-    if (ends_prompt(id, end)) ++first_tokens;
+    const size_t end = PlanChunk(id);  // cut only once it joins (never longer than judged)
+    group.push_back({id, end});
+    rows += end - lane.pos;
   }
 }
 
-std::vector<int32_t> Scheduler::PrefillChunks(std::span<const int32_t> ids, std::span<const int32_t> decoding) {
+std::vector<int32_t> Scheduler::PrefillChunks(std::span<const PlannedChunk> group, std::span<const int32_t> decoding) {
   std::vector<runtime::Engine::ChunkIn> chunks;
-  std::vector<size_t> ends;
   size_t rows = 0;
   bool ends_a_prompt = false;
-  for (int32_t id : ids) {
-    const Lane& lane = lanes_[id];
+  for (const PlannedChunk& c : group) {
+    const Lane& lane = lanes_[c.lane];
     const std::vector<Token>& prompt = lane.job->prompt().tokens;
-    const size_t end = PlanChunk(id);
-    chunks.push_back({id, std::span(prompt.data() + lane.pos, end - lane.pos), static_cast<int32_t>(lane.pos),
-                      end == prompt.size()});
-    ends.push_back(end);
-    rows += end - lane.pos;
-    ends_a_prompt = ends_a_prompt || end == prompt.size();
+    chunks.push_back({c.lane, std::span(prompt.data() + lane.pos, c.end - lane.pos), static_cast<int32_t>(lane.pos),
+                      c.end == prompt.size()});
+    rows += c.end - lane.pos;
+    ends_a_prompt = ends_a_prompt || c.end == prompt.size();
   }
   // Decoding lanes beside them as beside one chunk: where the ubatch has room and no first token
   // would wait for their rows.
@@ -952,8 +973,14 @@ std::vector<int32_t> Scheduler::PrefillChunks(std::span<const int32_t> ids, std:
   std::vector<runtime::Engine::DecodeStepIn> steps = StepsOf(decoding.first(std::min(room, decoding.size())), stepping);
   const Clock::time_point start = Clock::now();
   auto r = engine_->DecodeStepWithChunks(steps, chunks);
+  if (!r.ok() && (absl::IsInvalidArgument(r.status()) || absl::IsFailedPrecondition(r.status()))) {
+    // Refused before llama.cpp saw it (nothing decoded): each chunk alone, so that one lane's bad
+    // chunk fails that lane only; the decoding lanes step in the turn's closing step.
+    for (const PlannedChunk& c : group) PrefillChunk(c.lane, {}, c.end);
+    return {};
+  }
   if (!r.ok()) {
-    for (int32_t id : ids) FinishLane(id, "", FromStatus(r.status()));
+    for (const PlannedChunk& c : group) FinishLane(c.lane, "", FromStatus(r.status()));
     AfterSteps(stepping, r.status());
     return stepping;
   }
@@ -961,16 +988,21 @@ std::vector<int32_t> Scheduler::PrefillChunks(std::span<const int32_t> ids, std:
   if (!steps.empty()) steps_with_chunk_.fetch_add(1);
   prefill_row_cost_.Add(MsBetween(start, Clock::now()), static_cast<double>(rows + steps.size()));
   prefill_row_ms_.store(prefill_row_cost_.per_unit());
-  for (size_t i = 0; i < ids.size(); ++i) AfterChunk(ids[i], ends[i], std::move(r->chunks[i]));
+  // First tokens before the records of the others (a record may export the lane's state).
+  for (bool ending : {true, false}) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (chunks[i].logits == ending) AfterChunk(group[i].lane, group[i].end, std::move(r->chunks[i]));
+    }
+  }
   if (!steps.empty()) AfterSteps(stepping, std::move(r->steps));
   return stepping;
 }
 
-std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t> decoding) {
+std::vector<int32_t> Scheduler::PrefillChunk(int32_t id, std::span<const int32_t> decoding, size_t planned_end) {
   Lane& lane = lanes_[id];
   Job& job = *lane.job;
   const std::vector<Token>& prompt = job.prompt().tokens;
-  const size_t end = PlanChunk(id);
+  const size_t end = planned_end > lane.pos ? planned_end : PlanChunk(id);
   const std::span<const Token> chunk(prompt.data() + lane.pos, end - lane.pos);
   // As many decoding lanes as the ubatch has room for beside the chunk (the chunk is not cut for
   // them: its rest would wait a turn, and with it a first token), and only beside a chunk that

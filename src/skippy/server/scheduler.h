@@ -98,6 +98,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "skippy/certify/lane_batching.h"
 #include "skippy/lane_cache/engine_backend.h"
 #include "skippy/lane_cache/lane_cache.h"
 #include "skippy/runtime/engine.h"
@@ -180,11 +181,12 @@ class Scheduler {
   // check passing (certify::CheckStepWithChunk).
   void DecideMixedSteps();
   // Whether several lanes' chunks of a turn go into one llama_decode (sets chunks_together_): with
-  // lanes together, --chunks-together on, an engine that can (Engine::CanStepWithChunk) and the
-  // startup check passing (certify::CheckStepWithChunk, run once for both).
+  // lanes together, --chunks-together on or all, an engine that can (Engine::CanStepWithChunk) and
+  // the startup check's two-chunk case passing too (certify::CheckStepWithChunk, run once for both).
   void DecideChunksTogether();
-  // The startup check of steps with chunks, run on the first call only ("" when it passed).
-  std::string WhyStepsWithChunksFail();
+  // The startup check of steps with chunks (run on the first call only): "" when its cases for
+  // mixed steps pass, and with `chunks_together` its case of two lanes' chunks too; else why not.
+  std::string WhyStepsWithChunksFail(bool chunks_together);
   // Why lanes cannot step together in the batch classes now in force ("" when they can): too many
   // rows for a ubatch, recurrent state with pad rows, or certify::CheckLaneBatching failing (its
   // report goes to lane_batching_json_["check"]).
@@ -225,16 +227,23 @@ class Scheduler {
   // batch that does not end the prompt, the tokens of as many of them as the ubatch has room for
   // beside it go into its llama_decode (Engine::DecodeStepWithChunks); returns the lanes that
   // stepped so (emitted, finished or failed like GenerateTogether's).
-  std::vector<int32_t> PrefillChunk(int32_t lane_id, std::span<const int32_t> decoding = {});
-  // The lane's next chunk end, its planned batch first cut to PrefillRowsNow() (as PrefillChunk).
+  // `planned_end`: the chunk's end as PlanChunk already planned it (0: plan it now).
+  std::vector<int32_t> PrefillChunk(int32_t lane_id, std::span<const int32_t> decoding = {}, size_t planned_end = 0);
+  // The lane's next chunk end, its planned batch first cut to PrefillRowsNow() where it is longer
+  // (LaneCache::CutBatch, which rewrites the lane's chunk_ends).
   size_t PlanChunk(int32_t lane_id);
-  // With chunks_together_: adds to `group` (lanes whose chunks the turn runs next, Ran already)
-  // the chunks that the turn would run next while JoinsChunkGroup says so and they fit a ubatch.
-  void GrowChunkGroup(PrefillTurn& turn, std::vector<int32_t>& group, size_t overdue);
-  // The planned chunks of 2+ lanes (PlanChunk) in one Engine::DecodeStepWithChunks, with decoding
-  // lanes beside them as PrefillChunk puts them (mixed steps, no chunk ending its prompt); returns
-  // the lanes that stepped so.
-  std::vector<int32_t> PrefillChunks(std::span<const int32_t> lane_ids, std::span<const int32_t> decoding);
+  struct PlannedChunk {
+    int32_t lane = 0;
+    size_t end = 0;  // PlanChunk's
+  };
+  // With chunks_together_: plans group[0] (Ran already) and adds the chunks the turn would run
+  // next, each planned and Ran as it joins, while they fit a ubatch and, with --chunks-together on,
+  // JoinsChunkGroup says so; stops where the turn's next chunk is a lane's of the group.
+  void GrowChunkGroup(PrefillTurn& turn, std::vector<PlannedChunk>& group, size_t overdue);
+  // The planned chunks of 2+ lanes in one Engine::DecodeStepWithChunks, with decoding lanes beside
+  // them as PrefillChunk puts them (mixed steps, no chunk ending its prompt); returns the lanes that
+  // stepped so. A group the engine refuses before decoding runs chunk by chunk.
+  std::vector<int32_t> PrefillChunks(std::span<const PlannedChunk> group, std::span<const int32_t> decoding);
   // After the lane's chunk up to `end` ran: the lane's position, its records there, and its first
   // token when the chunk ended the prompt (`logits`: that chunk's last row).
   void AfterChunk(int32_t lane_id, size_t end, std::vector<float> logits);
@@ -285,7 +294,7 @@ class Scheduler {
   bool chunks_together_ = false;  // several lanes' chunks in one graph (see above)
   nlohmann::json chunks_together_json_;  // why (CacheStats "chunks_together"); set by Load
   std::atomic<uint64_t> chunk_groups_{0};  // DecodeStepWithChunks calls with 2+ chunks
-  std::optional<std::string> steps_with_chunks_check_;  // WhyStepsWithChunksFail's result, once run
+  std::optional<StatusOr<certify::StepWithChunkReport>> steps_with_chunks_check_;  // once run
   nlohmann::json steps_with_chunks_check_json_;  // its report
   std::atomic<uint64_t> shared_prefill_waits_{0};  // jobs that waited for another lane's prefill
   // A job waits for another lane's prefill only when that saves it at least this many tokens.
