@@ -673,7 +673,17 @@ std::pair<json, bool> MeasuredClass(ServerProcess& p) {
   EXPECT_EQ(measured.value("pairs", 0), 7);
   EXPECT_GT(measured.value("one_row_class_ms", 0.0), 0);
   EXPECT_GT(measured.value("default_ms", 0.0), 0);
-  const bool cheap = measured["ratio"].get<double>() <= measured["tolerance"].get<double>();
+  const double tolerance = measured["tolerance"].get<double>();
+  bool cheap = measured["ratio"].get<double>() <= tolerance;
+  // One lane: where it passed at 512 tokens, also measured at a short context, and held to it there.
+  if (cheap && tolerance == 1.03) {
+    const json& short_context = measured.value("short_context", json::object());
+    EXPECT_EQ(short_context.value("context", 0), 32) << cls.dump();
+    EXPECT_EQ(short_context.value("pairs", 0), 7) << cls.dump();
+    cheap = short_context.value("ratio", 2.0) <= tolerance;
+  } else {
+    EXPECT_FALSE(measured.contains("short_context")) << cls.dump();
+  }
   EXPECT_EQ(cls.value("on", !cheap), cheap) << cls.dump();
   return {stats, cheap};
 }

@@ -165,7 +165,8 @@ class Scheduler {
   };
 
   // For --one-row-class=auto: measures a lone decode step with the one-row class and without
-  // (MeasureLoneStep) and keeps the class on only when it costs at most OneRowClassTolerance(); with a
+  // (MeasureLoneStep; with one lane at kShortContext tokens too) and keeps the class on only when it
+  // costs at most OneRowClassTolerance() (with one lane, at both); with a
   // disk tier, takes the decision an earlier start kept there instead (class_decision.h). Runs
   // right after the engine opens, before anything reads the classes. Sets one_row_class_json_.
   void DecideOneRowClass();
@@ -306,6 +307,11 @@ class Scheduler {
   // 3% of the tolerance (Gemma3 Q4_K_M and DeepSeek2 F16 there) can decide either way from one
   // start to the next.
   static constexpr double kLoneStepTolerance = 1.03;
+  // With one lane the class is also measured at this short context and held to kLoneStepTolerance
+  // there too: at 512 tokens its tiled attention can make up for dearer products that a short
+  // conversation pays in full (DeepSeek2 and Falcon-H1 F16: 1.01x and 0.88x at 512 tokens, 4-5%
+  // slower decode than without the class at 20-word prompts; docs/evidence/parity/).
+  static constexpr size_t kShortContext = 32;
   // Where lanes may step together (2+ lanes, --lane-batching not off, a row of each in a ubatch),
   // the class also turns a round of k busy lanes from k lone steps into steps of several lanes
   // (DecodeGroups), which decode k rows for little more than one row's weight reads, so auto keeps
