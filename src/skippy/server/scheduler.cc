@@ -317,8 +317,10 @@ void Scheduler::DecideOneRowClass() {
       one_row_class_json_["measured"] = decision->measured;
       const char* on_off = decision->on ? "on" : "off";
       if (source == Source::kMeasured) {
-        decided = decision->on ? "a lone decode step costs no more than the tolerance in the class: on"
-                               : "a lone decode step costs more than the tolerance in the class: off";
+        const bool short_failed = decision->measured.contains("short_context") && !decision->on;
+        decided = decision->on   ? "a lone decode step costs no more than the tolerance in the class: on"
+                  : short_failed ? "a lone decode step costs more than the tolerance in the class at a short context: off"
+                                 : "a lone decode step costs more than the tolerance in the class: off";
       } else {
         const bool shared = source == Source::kShared;
         one_row_class_json_["kept"] = true;
