@@ -442,27 +442,33 @@ void Scheduler::DecideRaggedSteps() {
 
 void Scheduler::DecideMixedSteps() {
   mixed_steps_json_["mode"] = options_.mixed_steps ? "on" : "off";
+  mixed_steps_ = WhyNoStepsWithChunks(options_.mixed_steps, "off (--mixed-steps off, the default)",
+                                      "decode rows step apart from prompt chunks", /*chunks_together=*/false,
+                                      mixed_steps_json_)
+                     .empty();
+}
+
+std::string Scheduler::WhyNoStepsWithChunks(bool asked, std::string_view off, std::string_view apart,
+                                            bool chunks_together, nlohmann::json& json) {
   std::string why;
-  if (!options_.mixed_steps) {
-    why = "off (--mixed-steps off, the default)";
+  if (!asked) {
+    why = off;
   } else if (!lane_batching_) {
     why = "lanes do not step together";
   } else if (!runtime::RaggedSplitAvailable()) {
     why = "this llama.cpp build has no ragged split (built without the patch series)";
   } else if (!engine_->CanStepWithChunk()) {
-    why = "recurrent state or a learned architecture: decode rows step apart from prompt chunks";
+    why = StrCat("recurrent state or a learned architecture: ", apart);
   } else {
-    why = WhyStepsWithChunksFail(/*chunks_together=*/false);
-    if (!steps_with_chunks_check_json_.is_null()) mixed_steps_json_["check"] = steps_with_chunks_check_json_;
+    why = WhyStepsWithChunksFail(chunks_together);
+    if (!steps_with_chunks_check_json_.is_null()) json["check"] = steps_with_chunks_check_json_;
   }
-  mixed_steps_ = why.empty();
-  mixed_steps_json_["on"] = mixed_steps_;
-  if (!mixed_steps_) {
-    mixed_steps_json_["reason"] = why;
-    if (lane_batching_ && options_.mixed_steps) {
-      std::fprintf(stderr, "skippy-server: decoding lanes step apart from prompt chunks: %s\n", why.c_str());
-    }
+  json["on"] = why.empty();
+  if (!why.empty()) {
+    json["reason"] = why;
+    if (lane_batching_ && asked) std::fprintf(stderr, "skippy-server: %s: %s\n", std::string(apart).c_str(), why.c_str());
   }
+  return why;
 }
 
 std::string Scheduler::WhyStepsWithChunksFail(bool chunks_together) {
@@ -490,27 +496,11 @@ std::string Scheduler::WhyStepsWithChunksFail(bool chunks_together) {
 
 void Scheduler::DecideChunksTogether() {
   chunks_together_json_["mode"] = ChunksTogetherName(options_.chunks_together);
-  std::string why;
-  if (options_.chunks_together == ChunksTogether::kOff) {
-    why = "off (--chunks-together off, the default)";
-  } else if (!lane_batching_) {
-    why = "lanes do not step together";
-  } else if (!runtime::RaggedSplitAvailable()) {
-    why = "this llama.cpp build has no ragged split (built without the patch series)";
-  } else if (!engine_->CanStepWithChunk()) {
-    why = "recurrent state or a learned architecture: each lane's chunk is a graph of its own";
-  } else {
-    why = WhyStepsWithChunksFail(/*chunks_together=*/true);
-    if (!steps_with_chunks_check_json_.is_null()) chunks_together_json_["check"] = steps_with_chunks_check_json_;
-  }
-  chunks_together_ = why.empty();
-  chunks_together_json_["on"] = chunks_together_;
-  if (!chunks_together_) {
-    chunks_together_json_["reason"] = why;
-    if (lane_batching_ && options_.chunks_together != ChunksTogether::kOff) {
-      std::fprintf(stderr, "skippy-server: each lane's prompt chunk is a graph of its own: %s\n", why.c_str());
-    }
-  }
+  chunks_together_ = WhyNoStepsWithChunks(options_.chunks_together != ChunksTogether::kOff,
+                                          "off (--chunks-together off, the default)",
+                                          "each lane's prompt chunk is a graph of its own", /*chunks_together=*/true,
+                                          chunks_together_json_)
+                         .empty();
 }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {

@@ -94,6 +94,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -185,6 +186,12 @@ class Scheduler {
   // lanes together, --chunks-together on or all, an engine that can (Engine::CanStepWithChunk) and
   // the startup check's two-chunk case passing too (certify::CheckStepWithChunk, run once for both).
   void DecideChunksTogether();
+  // Why decode rows beside a chunk (mixed steps) or several lanes' chunks (`chunks_together`)
+  // cannot go into one graph ("" when they can): `off` when not `asked` for, else what the engine
+  // or the startup check says; fills `json`'s "on", "reason" and "check", and says why on stderr
+  // (`apart`: what happens instead).
+  std::string WhyNoStepsWithChunks(bool asked, std::string_view off, std::string_view apart, bool chunks_together,
+                                   nlohmann::json& json);
   // The startup check of steps with chunks (run on the first call only): "" when its cases for
   // mixed steps pass, and with `chunks_together` its case of two lanes' chunks too; else why not.
   std::string WhyStepsWithChunksFail(bool chunks_together);
