@@ -74,8 +74,9 @@ inline std::vector<runtime::Token> Tokens(const runtime::Engine& e, int32_t n) {
   return t.ok() ? *t : std::vector<runtime::Token>{};
 }
 
+// Two empty vectors are the same (memcmp is not called on their null data).
 inline bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 inline runtime::Token Argmax(const std::vector<float>& v) {

@@ -75,8 +75,11 @@ std::vector<std::vector<int>> GeneratePrompts(uint32_t seed, int lo, int hi) {
 // Exact repeats of earlier prompts must be answered from decoded-result entries.
 json CompareWithNoCache(const std::string& family, const std::vector<std::string>& cache_flags,
                         const std::string& tag) {
+  // The record grid's price of a batch cut is given, not measured: the measure is of time, and on
+  // a tiny model in a sanitizer build a cut priced at ~90 rows left no grid point to hit (the
+  // measured price has its own test, GridBudget).
   std::vector<std::string> common = {"-c", "512", "--prefill-chunk", "128", "--cache-record-stride", "64",
-                                     "--runtime-lane-count", "1"};
+                                     "--runtime-lane-count", "1", "--cache-cut-cost", "4"};
   common.insert(common.end(), cache_flags.begin(), cache_flags.end());
   auto on = ServerProcess::Start(family, common, family + tag + "-on");
   EXPECT_TRUE(on);
@@ -155,8 +158,7 @@ void ExpectCacheOnMatchesNoCache(const std::string& family, bool flash_attn) {
   ASSERT_FALSE(stats.is_null());
   EXPECT_TRUE(stats.value("enabled", false)) << stats.dump();
   EXPECT_TRUE(stats["batch_split"].value("pass", false)) << stats.dump();
-  // Exact-boundary families weigh their record grid by what a batch costs, measured at startup.
-  EXPECT_EQ(stats["cut_cost"].is_object(), stats.value("strategy", "") != "dense") << stats.dump();
+  EXPECT_TRUE(stats["cut_cost"].value("given", false)) << stats.dump();
   if (stats.value("payload", "") == "resident-kv") {
     // A lane keeps its last prompt and is cut back to the shared prefix.
     EXPECT_GT(stats.value("lane_hits", 0), 0) << stats.dump();

@@ -9,8 +9,9 @@
 
 namespace skippy::certify {
 
+// Two empty vectors are equal (memcmp is not called on their null data).
 inline bool BytesEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // The greedy token. REQUIRES: logits non-empty.
