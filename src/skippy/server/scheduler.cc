@@ -684,10 +684,7 @@ void Scheduler::StepTogether() {
       const Lane& l = lanes_[i];
       // A lane waiting for its turn is freed as soon as its client goes away.
       if (!l.job || l.phase != Phase::kPrefill || !turn.Open(i) || FinishIfCancelled(static_cast<int32_t>(i))) continue;
-      const size_t rows_left = l.job->prompt().tokens.size() - l.pos;
-      const bool late = options_.ttft_slo_ms > 0 &&
-                        static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
-      candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[l.next_chunk] - l.pos, late});
+      candidates.push_back(CandidateOf(l, l.pos, l.next_chunk, now));
       prefilling.push_back(i);
     }
     const std::optional<size_t> pick = turn.Next(candidates, 2 * n);
@@ -861,6 +858,13 @@ void Scheduler::StartJob(int32_t id) {
   lane.phase = Phase::kPrefill;
 }
 
+PrefillCandidate Scheduler::CandidateOf(const Lane& lane, size_t pos, size_t next_chunk, Clock::time_point now) const {
+  const size_t rows_left = lane.job->prompt().tokens.size() - pos;
+  const bool late = options_.ttft_slo_ms > 0 &&
+                    static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(lane, now);
+  return {rows_left, lane.admitted, lane.passed_over, lane.chunk_ends[next_chunk] - pos, late};
+}
+
 double Scheduler::TtftLeftMs(const Lane& lane, Clock::time_point now) const {
   return options_.ttft_slo_ms - MsBetween(lane.job->arrival(), now);
 }
@@ -927,10 +931,7 @@ void Scheduler::GrowChunkGroup(PrefillTurn& turn, std::vector<PlannedChunk>& gro
         ++next_chunk;
       }
       of_group.push_back(m != group.end());
-      const size_t rows_left = prompt_size(id) - pos;
-      const bool late = options_.ttft_slo_ms > 0 &&
-                        static_cast<double>(rows_left) * prefill_row_cost_.per_unit() > TtftLeftMs(l, now);
-      candidates.push_back({rows_left, l.admitted, l.passed_over, l.chunk_ends[next_chunk] - pos, late});
+      candidates.push_back(CandidateOf(l, pos, next_chunk, now));
       lane_of.push_back(id);
     }
     // The first tokens that wait for the group's graph: its chunks that end their prompt. (A lane of

@@ -228,6 +228,9 @@ class Scheduler {
   // kMinPrefillPiece; SIZE_MAX when nothing bounds it, or when `lane`'s prompt would miss
   // --ttft-slo-ms in pieces and not whole (TtftOutranksTpot).
   size_t PrefillRowsNow(const Lane* lane = nullptr) const;
+  // The lane as a prefill candidate (PrefillTurn) with `pos` tokens in it and chunk `next_chunk`
+  // next (its own, or as it will be after a chunk of a group that has not run yet).
+  PrefillCandidate CandidateOf(const Lane& lane, size_t pos, size_t next_chunk, Clock::time_point now) const;
   // What is left of the lane's --ttft-slo-ms at `now` (below 0: past it).
   double TtftLeftMs(const Lane& lane, Clock::time_point now) const;
   // The lane's next planned batch, first cut to PrefillRowsNow() where it is longer
