@@ -115,7 +115,7 @@ std::vector<BadRequest> FieldMutations() {
     return v;
   };
   const std::vector<Field> common = {
-      {"temperature", plus(not_number, {-1, 101})},
+      {"temperature", plus(not_number, {-1, 101, 1e-39, 1e-7})},
       {"top_p", plus(not_number, {0, -0.5, 1.5, 1e-320})},
       {"min_p", plus(not_number, {-0.1, 2})},
       {"top_k", plus(not_int, {-5})},
@@ -510,6 +510,29 @@ TEST(HardeningLongChat, AThousandMessagesAreRenderedInLinearTime) {
     EXPECT_LT(took, std::chrono::seconds(1)) << path;
 #endif
   }
+}
+
+TEST(HardeningLongPrompt, ATextTooLongForTheContextIsRefusedBeforeItIsTokenized) {
+  auto server = ServerProcess::Start("llama", {"-c", "64"}, "hardening-long-prompt");
+  ASSERT_NE(server, nullptr);
+  auto c = server->Client();
+  std::string text;
+  while (text.size() < (2u << 20)) text += "a long prompt nobody can serve in 64 tokens ";
+  const json requests[] = {
+      {{"prompt", text}, {"n_predict", 1}},
+      {{"messages", json::array({{{"role", "user"}, {"content", text}}})}, {"max_tokens", 1}},
+  };
+  const char* paths[] = {"/completion", "/v1/chat/completions"};
+  for (int i = 0; i < 2; ++i) {
+    auto [s, r] = PostJson(*c, paths[i], requests[i]);
+    EXPECT_EQ(s, 400) << paths[i];
+    EXPECT_EQ(r["error"].value("code", ""), "context_length_exceeded") << r.dump();
+    // Refused on its bytes, before the tokenizer ran.
+    EXPECT_NE(r["error"].value("message", "").find("bytes"), std::string::npos) << r.dump();
+  }
+  // A prompt that fits is served as before.
+  auto [s, r] = PostJson(*c, "/completion", {{"prompt", "a short prompt"}, {"n_predict", 2}});
+  EXPECT_EQ(s, 200) << r.dump();
 }
 
 }  // namespace

@@ -425,6 +425,45 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
   EXPECT_EQ(st["queue_depth"], 0);
 }
 
+TEST_F(ServerHttp, AQueuedClientThatLeavesGivesUpItsQueueSlot) {
+  // Both lanes busy with long answers.
+  std::atomic<int> long_ok{0};
+  std::vector<std::thread> lanes;
+  for (int i = 0; i < 2; ++i) {
+    lanes.emplace_back([&, i] {
+      auto r = Client()->Post("/completion",
+                              json{{"prompt", skippy::StrCat("a long answer on lane ", i)}, {"n_predict", 480},
+                                   {"ignore_eos", true}, {"temperature", 0}}.dump(),
+                              "application/json");
+      if (r && r->status == 200) ++long_ok;
+    });
+  }
+  auto c = Client();
+  for (int i = 0; i < 200 && json::parse(c->Get("/cache/stats")->body)["lanes_busy"] != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    // The one queue slot taken by a client that hangs up while it waits.
+    httplib::Client gone("127.0.0.1", server_->port());
+    gone.set_default_headers({{"Authorization", std::string("Bearer ") + kKey}});
+    gone.set_read_timeout(std::chrono::milliseconds(100));
+    EXPECT_FALSE(gone.Post("/completion", json{{"prompt", "nobody waits for this"}, {"n_predict", 2}}.dump(),
+                           "application/json"));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // its handler notices within 100 ms
+  const json st = json::parse(c->Get("/cache/stats")->body);
+  ASSERT_EQ(st["lanes_busy"], 2) << "the long answers ended too early to hold both lanes";
+  ASSERT_EQ(st["queue_depth"], 1);
+  // The departed client's slot is free for the next one.
+  auto [s, r] = PostJson(*c, "/completion", {{"prompt", "a request after the hang-up"}, {"n_predict", 2}});
+  EXPECT_EQ(s, 200) << r.dump();
+  for (auto& t : lanes) t.join();
+  EXPECT_EQ(long_ok, 2);
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->body.find("skippy_requests_cancelled_total 0\n"), std::string::npos);
+}
+
 TEST_F(ServerHttp, MoreRequestsThanLanesWaitOrGet503) {
   constexpr int kClients = 8;  // 2 lanes + 1 queued slot
   std::atomic<int> ok{0}, busy{0}, other{0};

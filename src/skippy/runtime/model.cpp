@@ -132,6 +132,26 @@ StatusOr<std::vector<Token>> Model::Tokenize(std::string_view text, bool add_spe
   return out;
 }
 
+std::optional<size_t> Model::MaxBytesPerToken() const {
+  std::call_once(max_bytes_once_, [this] {
+    const llama_vocab* vocab = llama_model_get_vocab(model_);
+    const enum llama_vocab_type type = llama_vocab_type(vocab);
+    if (type != LLAMA_VOCAB_TYPE_BPE && type != LLAMA_VOCAB_TYPE_SPM) return;
+    size_t most = 1;
+    std::vector<char> buf(256);
+    for (Token t = 0; t < llama_vocab_n_tokens(vocab); ++t) {
+      int32_t n = llama_token_to_piece(vocab, t, buf.data(), static_cast<int32_t>(buf.size()), 0, /*special=*/true);
+      if (n < 0) {
+        buf.resize(static_cast<size_t>(-n));
+        n = llama_token_to_piece(vocab, t, buf.data(), static_cast<int32_t>(buf.size()), 0, true);
+      }
+      if (n > 0) most = std::max(most, static_cast<size_t>(n));
+    }
+    max_bytes_per_token_ = most;
+  });
+  return max_bytes_per_token_;
+}
+
 Status Model::ValidateTokens(std::span<const Token> tokens) const {
   const int32_t nv = n_vocab();
   for (size_t i = 0; i < tokens.size(); ++i) {

@@ -77,6 +77,13 @@ class Model {
   // trailing EOS (what a server adds back when it tokenizes the text).
   StatusOr<std::string> Detokenize(std::span<const Token> tokens, bool remove_special = false) const;
   Status ValidateTokens(std::span<const Token> tokens) const;
+  // The most text bytes one token stands for, where the tokenizer keeps every byte of its input
+  // (byte-pair and SentencePiece vocabularies: the pieces of a text's tokens add up to at least
+  // its bytes), so a text of more than n times this many bytes has more than n tokens and can be
+  // refused before it is tokenized. nullopt for tokenizers that normalize their input (WordPiece,
+  // Unigram and the others may drop bytes). Computed on first use from every token's piece, with
+  // special tokens as text. Thread-safe.
+  std::optional<size_t> MaxBytesPerToken() const;
 
   llama_model* raw() const { return model_; }
   // The chat templates llama-server renders this model's chat requests with (its GGUF template run
@@ -90,6 +97,8 @@ class Model {
   std::string path_;
   llama_model* model_;
   GgufSummary summary_;
+  mutable std::once_flag max_bytes_once_;
+  mutable std::optional<size_t> max_bytes_per_token_;
   mutable std::once_flag chat_once_;
   mutable std::shared_ptr<common_chat_templates> chat_templates_;
 };

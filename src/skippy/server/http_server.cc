@@ -361,7 +361,9 @@ void HttpServer::PromptKey(const httplib::Request& req, httplib::Response& res) 
   if (body.is_discarded()) return SendError(res, BadRequest("the request body is not valid JSON", "invalid_json"));
   auto request = ParseGenerationRequest(endpoint, body, Limits());
   if (!request.ok()) return SendError(res, FromStatus(request.status()));
-  auto prompt = PreparePrompt(scheduler_->model(), *request);
+  const ServerOptions& o = scheduler_->options();
+  const Budget budget{o.ctx_per_lane, o.max_prompt_tokens, o.max_tokens_limit, o.default_max_tokens};
+  auto prompt = PreparePrompt(scheduler_->model(), *request, static_cast<size_t>(budget.prompt_limit()));
   if (!prompt.ok()) return SendError(res, FromStatus(prompt.status(), "invalid_prompt"));
   const std::string ns = ComposeNamespace(KeyNamespace(req).value_or(""), request->cache_salt);
   SendJson(res, 200, {{"tokens", prompt->tokens}, {"ns", NamespaceKey(ns)}});
@@ -374,10 +376,10 @@ void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httpli
   if (body.is_discarded()) return SendError(res, BadRequest("the request body is not valid JSON", "invalid_json"));
   auto request = ParseGenerationRequest(endpoint, body, Limits());
   if (!request.ok()) return SendError(res, FromStatus(request.status()));
-  auto prompt = PreparePrompt(scheduler_->model(), *request);
-  if (!prompt.ok()) return SendError(res, FromStatus(prompt.status(), "invalid_prompt"));
   const ServerOptions& o = scheduler_->options();
   const Budget budget{o.ctx_per_lane, o.max_prompt_tokens, o.max_tokens_limit, o.default_max_tokens};
+  auto prompt = PreparePrompt(scheduler_->model(), *request, static_cast<size_t>(budget.prompt_limit()));
+  if (!prompt.ok()) return SendError(res, FromStatus(prompt.status(), "invalid_prompt"));
   auto max_tokens = CheckBudget(budget, prompt->tokens.size(), request->max_tokens);
   if (!max_tokens.ok()) return SendError(res, FromStatus(max_tokens.status()));
   const size_t n_prompt = prompt->tokens.size();

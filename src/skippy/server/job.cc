@@ -62,16 +62,14 @@ void Job::Append(Token token, const std::string& piece, bool* stop_hit, std::opt
   if (logprobs) view_.logprobs.push_back(*std::move(logprobs));
   const size_t old = view_.text.size();
   view_.text += piece;
-  *stop_hit = false;
+  // The text ends where the earliest stop string begins, whichever of them it is.
+  size_t cut = std::string::npos;
   for (const std::string& s : request_.stop) {
     const size_t from = old >= s.size() ? old - s.size() + 1 : 0;
-    const size_t at = view_.text.find(s, from);
-    if (at != std::string::npos) {
-      view_.text.resize(at);
-      *stop_hit = true;
-      break;
-    }
+    cut = std::min(cut, view_.text.find(s, from));
   }
+  *stop_hit = cut != std::string::npos;
+  if (*stop_hit) view_.text.resize(cut);
   cv_.notify_all();
 }
 

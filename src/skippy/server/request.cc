@@ -195,7 +195,10 @@ Status ParseSampling(Endpoint endpoint, const json& body, GenerationRequest& r) 
   r.sampling.temperature = endpoint == Endpoint::kLlamaCompletion ? 0.8f : 1.0f;
   SKIPPY_ASSIGN_OR_RETURN(auto temp, GetNumber(body, "temperature"));
   if (temp) {
-    if (*temp < 0 || *temp > 100) return absl::InvalidArgumentError("field 'temperature' must lie in [0, 100]");
+    if (*temp != 0 && (*temp < kMinTemperature || *temp > 100)) {
+      return absl::InvalidArgumentError(
+          StrCat("field 'temperature' must be 0 (greedy) or lie in [", kMinTemperature, ", 100]"));
+    }
     r.sampling.temperature = static_cast<float>(*temp);
   }
   SKIPPY_ASSIGN_OR_RETURN(auto top_p, GetNumber(body, "top_p"));
@@ -214,7 +217,8 @@ Status ParseSampling(Endpoint endpoint, const json& body, GenerationRequest& r) 
     r.sampling.top_k = static_cast<int32_t>(*top_k);
   }
   SKIPPY_ASSIGN_OR_RETURN(auto seed, GetInt(body, "seed"));
-  if (seed && *seed != -1) {
+  // -1 and 2^32 - 1 (llama.cpp's LLAMA_DEFAULT_SEED) both ask for a random seed, as in llama-server.
+  if (seed && *seed != -1 && *seed != UINT32_MAX) {
     if (*seed < 0 || *seed > UINT32_MAX) return absl::InvalidArgumentError("field 'seed' must lie in [0, 2^32)");
     r.sampling.seed = static_cast<uint32_t>(*seed);
     r.seed_given = true;
@@ -370,17 +374,27 @@ StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& bod
   return chat.text;
 }
 
-StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request) {
+StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request,
+                                       size_t max_prompt_tokens) {
+  auto fits = [&](std::string_view text) -> Status {
+    const std::optional<size_t> per_token = model.MaxBytesPerToken();
+    if (max_prompt_tokens == 0 || !per_token || text.size() <= max_prompt_tokens * *per_token) return absl::OkStatus();
+    return InvalidRequest("context_length_exceeded",
+                          StrCat("the prompt's ", text.size(), " bytes make more than ", max_prompt_tokens,
+                                 " tokens, the limit (a token of this model stands for at most ", *per_token, " bytes)"));
+  };
   PreparedPrompt out;
   if (request.prompt_tokens) {
     out.tokens = *request.prompt_tokens;
   } else if (request.prompt_text) {
     if (request.prompt_text->empty()) return absl::InvalidArgumentError("the prompt is empty");
+    SKIPPY_RETURN_IF_ERROR(fits(*request.prompt_text));
     SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(*request.prompt_text, /*add_special=*/true, /*parse_special=*/true));
   } else {
     // Record planning uses the last boundary before the final turn: two ends are looked for (one
     // spare), so rendering and tokenizing stay linear in the number of messages.
     SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, request.messages, true, 2));
+    SKIPPY_RETURN_IF_ERROR(fits(chat.text));
     SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(chat.text, true, true));
     // A message boundary counts only where tokenizing the prefix text gives a prefix of the tokens.
     for (size_t end : chat.message_ends) {
@@ -425,7 +439,7 @@ Status CheckJsonShape(std::string_view body, const RequestLimits& limits) {
 StatusOr<int64_t> CheckBudget(const Budget& b, size_t prompt_tokens, int64_t max_tokens) {
   const int64_t ctx = b.context;
   const auto n = static_cast<int64_t>(prompt_tokens);
-  const int64_t max_prompt = b.max_prompt_tokens > 0 ? std::min(b.max_prompt_tokens, ctx) : ctx;
+  const int64_t max_prompt = b.prompt_limit();
   if (n > max_prompt) {
     return InvalidRequest("context_length_exceeded", StrCat("the prompt has ", n, " tokens; the limit is ", max_prompt,
                                                             " (context ", ctx, " per request)"));

@@ -15,6 +15,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,6 +31,10 @@
 namespace skippy::server {
 
 enum class Endpoint { kLlamaCompletion, kCompletions, kChatCompletions };
+
+// The smallest temperature other than 0 (greedy) a request may ask for: below it a logit divided
+// by the temperature can overflow a float, and llama.cpp's sampler draws from NaN probabilities.
+inline constexpr double kMinTemperature = 1e-6;
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -86,8 +91,12 @@ struct PreparedPrompt {
                                                  const RequestLimits& limits = {});
 
 // Tokenizes (rendering chat messages with the model's template) and validates token ids.
-// InvalidArgument for an empty prompt or an id outside the vocabulary.
-[[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request);
+// InvalidArgument for an empty prompt or an id outside the vocabulary; with max_prompt_tokens > 0,
+// InvalidArgument "context_length_exceeded" for a text too long to hold that many tokens
+// (runtime::Model::MaxBytesPerToken), before it is tokenized: a long body then costs no
+// tokenizer time or memory.
+[[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request,
+                                                     size_t max_prompt_tokens = 0);
 
 // The limits a tokenized request is checked against (ServerOptions).
 struct Budget {
@@ -95,6 +104,8 @@ struct Budget {
   int64_t max_prompt_tokens = 0;     // 0: the context
   int64_t max_tokens_limit = 0;      // 0: the context
   int64_t default_max_tokens = 256;  // when the request gives none (cut to what the context leaves)
+  // The most prompt tokens a request may have.
+  int64_t prompt_limit() const { return max_prompt_tokens > 0 ? std::min(max_prompt_tokens, context) : context; }
 };
 
 // The number of tokens to generate for a prompt of `prompt_tokens` tokens and a request's

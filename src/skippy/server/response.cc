@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string_view>
 
 #include "httplib.h"
 #include "skippy/common/strings.h"
@@ -18,7 +19,7 @@ int64_t NowSeconds() {
 }
 
 // Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
-size_t Utf8SafeLength(const std::string& s) {
+size_t Utf8SafeLength(std::string_view s) {
   const size_t n = s.size();
   for (size_t back = 1; back <= 4 && back <= n; ++back) {
     const unsigned char c = static_cast<unsigned char>(s[n - back]);
@@ -184,8 +185,10 @@ json Completion::Last(const Job::View& v) const {
 }
 
 bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const {
-  size_t upto = v.done ? v.text.size() : Utf8SafeLength(v.text);
-  if (!v.done) upto = upto > hold_ ? std::min(upto, v.text.size() - std::min(hold_, v.text.size())) : 0;
+  // Held back: an incomplete last character, and the bytes a stop string could still begin in,
+  // cut where a character begins (a stop string may end inside one).
+  const size_t upto_held = v.text.size() - std::min(hold_, v.text.size());
+  size_t upto = v.done ? v.text.size() : Utf8SafeLength(std::string_view(v.text).substr(0, upto_held));
   upto = std::max(upto, state.sent_bytes);
   if (upto > state.sent_bytes || v.tokens.size() > state.sent_tokens) {
     const std::vector<runtime::Token> toks(

@@ -129,6 +129,9 @@ Status Scheduler::Load() {
   eo.context.swa_full = true;
   eo.cache_seq_count = 0;
   SKIPPY_ASSIGN_OR_RETURN(engine_, runtime::Engine::Open(eo));
+  // The prompt byte bound (PreparePrompt) reads every piece of the vocabulary once: here, not in
+  // the first request.
+  (void)engine_->model().MaxBytesPerToken();
   // Before anything that reads the batch classes: the startup checks, the backend's facts and the
   // entries' identity.
   DecideOneRowClass();
@@ -507,6 +510,8 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
   if (!ready_) return absl::UnavailableError("the model is loading");
   std::lock_guard lock(mu_);
   if (stop_) return absl::UnavailableError("the server is stopping");
+  // Requests whose clients went away while queued leave the queue before it counts as full.
+  if (busy_ + queue_.size() >= options_.lane_count + options_.queue_size) DropCancelledLocked();
   if (busy_ + queue_.size() >= options_.lane_count + options_.queue_size) {
     return absl::ResourceExhaustedError(StrCat("all ", options_.lane_count, " lanes are busy and ", queue_.size(),
                                                " requests are waiting; retry later"));
@@ -585,6 +590,15 @@ void Scheduler::Stop() {
   queue_.clear();
   for (auto& c : controls_) c.done->set_value(0);
   controls_.clear();
+}
+
+void Scheduler::DropCancelledLocked() {
+  std::erase_if(queue_, [&](const std::shared_ptr<Job>& job) {
+    if (!job->cancelled()) return false;
+    job->Finish("", ClientWentAway(), {});
+    metrics_.CountCancelled();
+    return true;
+  });
 }
 
 std::vector<int32_t> Scheduler::AdmitLocked() {

@@ -216,6 +216,8 @@ class Scheduler {
   void StartAdmitted();
   // Moves queued jobs (skipping cancelled ones) into free lanes; returns those lanes. Holds mu_.
   std::vector<int32_t> AdmitLocked();
+  // Finishes (499) and removes every queued job whose client went away. Holds mu_.
+  void DropCancelledLocked();
   void Step(int32_t lane_id);
   // Frees the lane with a 499 when its client went away; returns whether it did.
   bool FinishIfCancelled(int32_t lane_id);

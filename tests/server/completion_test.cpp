@@ -1,0 +1,89 @@
+// Job and Completion without a server: stop strings and what a stream sends while they may match.
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "skippy/server/job.h"
+#include "skippy/server/response.h"
+
+namespace skippy::server {
+namespace {
+
+using nlohmann::json;
+
+Job MakeJob(std::vector<std::string> stop) {
+  GenerationRequest r;
+  r.endpoint = Endpoint::kLlamaCompletion;
+  r.stop = std::move(stop);
+  return Job(std::move(r), PreparedPrompt{{1, 2, 3}, {}}, "", 16);
+}
+
+TEST(JobStop, TheTextEndsWhereTheEarliestStopStringBegins) {
+  Job job = MakeJob({"b", "a"});
+  bool hit = false;
+  job.Append(7, "xy", &hit);
+  EXPECT_FALSE(hit);
+  job.Append(8, "zab", &hit);  // "a" begins before "b", though "b" is listed first
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(job.text(), "xyz");
+}
+
+TEST(JobStop, AStopStringAcrossPiecesIsFound) {
+  Job job = MakeJob({"\n\n", "END"});
+  bool hit = false;
+  job.Append(7, "one\n", &hit);
+  EXPECT_FALSE(hit);
+  job.Append(8, "\ntwo", &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(job.text(), "one");
+}
+
+// A stream with a stop string holds back its last bytes; the cut must not split a character.
+TEST(CompletionStream, HeldBytesNeverSplitACharacter) {
+  GenerationRequest r;
+  r.endpoint = Endpoint::kLlamaCompletion;
+  r.stop = {"\n\n"};  // holds one byte back
+  r.stream = true;
+  Job job(r, PreparedPrompt{{1, 2, 3}, {}}, "", 16);
+  bool hit = false;
+  job.Append(7, "caf\xC3\xA9", &hit);  // "café": its last character is two bytes
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<json> events;
+  httplib::DataSink sink;
+  sink.write = [&](const char* data, size_t n) {
+    const std::string line(data, n);
+    if (line.rfind("data: ", 0) == 0) {
+      std::lock_guard lock(mu);
+      events.push_back(json::parse(line.substr(6)));
+      cv.notify_all();
+    }
+    return true;
+  };
+  sink.is_writable = [] { return true; };
+  sink.done = [] {};
+  const Completion completion(Endpoint::kLlamaCompletion, r, "m", 3);
+  Completion::StreamState state;
+  std::thread streaming([&] { completion.Stream(job, state, sink); });
+  {
+    // The job finishes only after the stream sent what it could while not done.
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !events.empty(); });
+  }
+  job.Finish("stop", std::nullopt, {});
+  streaming.join();
+
+  std::string content;
+  for (const json& e : events) content += e.value("content", "");
+  EXPECT_EQ(content, "caf\xC3\xA9");
+  EXPECT_EQ(events.front()["content"], "caf") << "sent while the last byte was held";
+}
+
+}  // namespace
+}  // namespace skippy::server
