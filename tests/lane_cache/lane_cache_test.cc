@@ -566,6 +566,19 @@ TEST(AnswerPrefill, ADenseLaneComputesItsAnswerAsPromptRowsAndTheNextTurnRestore
   ExpectConsistent(*c);
 }
 
+TEST(AnswerPrefill, NoBatchIsLongerThanThePrefillChunk) {
+  // The engine cuts a batch longer than n_batch (>= the chunk) again, maybe leaving a row alone.
+  FakeBackend b(Kind::kDense);
+  LaneCacheOptions o = AnswerPrefill();
+  o.prefill_chunk = 8;
+  auto c = Make(b, o);
+  RunTurn(*c, b, 0, Seq(1, 100), Seq(5000, 21));
+  const int before = b.prefills();
+  EXPECT_EQ(Idle(*c, 1000), 3);  // 8, 8, 5 rows, as with max_rows 8
+  EXPECT_EQ(b.prefills() - before, 3);
+  ExpectConsistent(*c);
+}
+
 TEST(AnswerPrefill, OffOrWhereDecodedRowsCannotBeRecomputedThereIsNoWork) {
   const auto prompt = Seq(1, 100);
   const auto answer = Seq(5000, 21);

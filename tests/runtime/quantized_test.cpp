@@ -45,6 +45,16 @@ TEST(BatchInvariant, IsOnInTheBootstrapBuild) {
   EXPECT_TRUE(skippy::runtime::BatchInvariant());
 }
 
+TEST(KernelBuild, NamesTheCpuFeaturesTheKernelsWereBuiltFor) {
+  // Entries on disk and in a shared tier are refused by a server whose kernels add otherwise.
+  const std::string features = skippy::runtime::CpuKernelFeatures();
+#if defined(__x86_64__)
+  EXPECT_NE(("," + features + ",").find(",sse3,"), std::string::npos) << features;
+#endif
+  EXPECT_NE(skippy::runtime::KernelBuild().find("+cpu:" + features), std::string::npos)
+      << skippy::runtime::KernelBuild();
+}
+
 using Case = std::tuple<std::string, std::string>;  // family, format
 class Quantized : public ::testing::TestWithParam<Case> {};
 

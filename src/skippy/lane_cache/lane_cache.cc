@@ -407,7 +407,7 @@ void LaneCache::IdleStep(size_t max_rows) {
 
 void LaneCache::IdleWork(size_t max_rows) {
   if (std::any_of(jobs_.begin(), jobs_.end(), [](const LaneJob& j) { return j.active; })) return;
-  max_rows = std::max(max_rows, 2 * MinBatch());
+  max_rows = std::clamp(max_rows, 2 * MinBatch(), PrefillChunk());
   // An exchange Finish left unrecorded first: one export, before anything changes a lane
   // (PrefillAnswer and Resume, below, run only once none is left).
   for (size_t i = 0; i < held_.size(); ++i) {

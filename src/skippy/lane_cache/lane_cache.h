@@ -172,7 +172,8 @@ class LaneCache {
   // Whether a lane has an answer to prefill or an exchange to record (see above).
   bool HasIdleWork() const;
   // Records one lane's exchange that Finish left to idle work, or prefills one batch of at most
-  // max_rows (raised to 2 * MinBatch()) of one lane's answer and records the exchange when the
+  // max_rows (within [2 * MinBatch(), prefill_chunk]: a longer batch would be split at n_batch,
+  // maybe into a row of its own) of one lane's answer and records the exchange when the
   // answer is done, or brings a deferred answer's prompt into a lane. A lane whose batch fails is
   // cleared. Does nothing while a job is between Begin and Finish.
   void IdleStep(size_t max_rows);

@@ -32,7 +32,8 @@ struct LaneCacheOptions {
   // RecordPolicy::grid_budget).
   double cut_cost_rows = 0;
   double grid_budget = 0;
-  // Rows per prefill batch at most (raised to 2 * the long class's smallest batch).
+  // Rows per prefill batch at most (raised to 2 * the long class's smallest batch). At most the
+  // engine's n_batch, which would cut a longer batch again (maybe leaving one row alone).
   uint32_t prefill_chunk = 512;
   // A finished job's generated tokens are kept as its lane's answer to prefill as prompt rows
   // between jobs (LaneCache::IdleStep; only with a smallest exact batch of 2). skippy-server turns

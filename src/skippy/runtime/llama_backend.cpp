@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "ggml-cpu.h"
 #include "ggml.h"
 #include "llama.h"
 
@@ -122,8 +123,37 @@ ScopedRaggedSplit::~ScopedRaggedSplit() {
   if (on_) RaggedSwitch()(false);
 }
 
+std::string CpuKernelFeatures() {
+  struct Feature {
+    const char* name;
+    int (*has)();
+  };
+  static const Feature kFeatures[] = {
+      {"sse3", ggml_cpu_has_sse3},       {"ssse3", ggml_cpu_has_ssse3},
+      {"avx", ggml_cpu_has_avx},         {"avx_vnni", ggml_cpu_has_avx_vnni},
+      {"avx2", ggml_cpu_has_avx2},       {"bmi2", ggml_cpu_has_bmi2},
+      {"f16c", ggml_cpu_has_f16c},       {"fma", ggml_cpu_has_fma},
+      {"avx512", ggml_cpu_has_avx512},   {"avx512_vbmi", ggml_cpu_has_avx512_vbmi},
+      {"avx512_vnni", ggml_cpu_has_avx512_vnni}, {"avx512_bf16", ggml_cpu_has_avx512_bf16},
+      {"amx_int8", ggml_cpu_has_amx_int8}, {"neon", ggml_cpu_has_neon},
+      {"arm_fma", ggml_cpu_has_arm_fma}, {"fp16_va", ggml_cpu_has_fp16_va},
+      {"dotprod", ggml_cpu_has_dotprod}, {"matmul_int8", ggml_cpu_has_matmul_int8},
+      {"sve", ggml_cpu_has_sve},         {"sme", ggml_cpu_has_sme},
+      {"riscv_v", ggml_cpu_has_riscv_v}, {"vsx", ggml_cpu_has_vsx},
+      {"vxe", ggml_cpu_has_vxe},         {"llamafile", ggml_cpu_has_llamafile},
+  };
+  std::string out;
+  for (const Feature& f : kFeatures) {
+    if (f.has() != 0) out += std::string(out.empty() ? "" : ",") + f.name;
+  }
+  // The patch series' switch back to the IQ types' stock kernels (read once by ggml).
+  if (std::getenv("GGML_NO_IQ_PANEL") != nullptr) out += ",no-iq-panel";
+  return out;
+}
+
 std::string KernelBuild() {
-  return std::string(SKIPPY_LLAMA_COMMIT) + "+patches:" + SKIPPY_LLAMA_PATCHES + (BatchInvariant() ? "+batch-invariant" : "");
+  return std::string(SKIPPY_LLAMA_COMMIT) + "+patches:" + SKIPPY_LLAMA_PATCHES + "+cpu:" + CpuKernelFeatures() +
+         (BatchInvariant() ? "+batch-invariant" : "");
 }
 
 void EnsureLlamaBackend() {

@@ -67,9 +67,15 @@ class ScopedRaggedSplit {
   bool on_;
 };
 
-// The kernels a computation ran on, as part of an identity (cache entries, kept decisions): the
-// pinned llama.cpp commit, the patch series' digest, and "+batch-invariant" when that mode is on
-// (the one-row class is left to the caller: not every identity depends on it).
+// The CPU features ggml's CPU backend was compiled for (its kernels' vector widths and paths:
+// the same commit adds in another order on another instruction set), comma-separated, and the
+// environment switch that changes the IQ kernels.
+std::string CpuKernelFeatures();
+
+// The kernels a computation ran on, as part of an identity (cache entries on disk and in a shared
+// tier, kept decisions): the pinned llama.cpp commit, the patch series' digest, the CPU features,
+// and "+batch-invariant" when that mode is on (the one-row class is left to the caller: not every
+// identity depends on it).
 std::string KernelBuild();
 
 // The most recent llama.cpp error/warning lines (newest last), joined; empty if none.

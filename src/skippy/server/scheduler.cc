@@ -192,6 +192,13 @@ Status Scheduler::Load() {
 
 std::string Scheduler::CertifyLearnedFamily() {
   const std::string arch = engine_->family().family_key;
+  if (engine_->family().payload == cache::PayloadKind::kKvRecurrent && engine_->model().n_swa() > 0) {
+    // Its whole-state imports would put the window's cells where a state export leaves them, and
+    // the short certification below never crosses a window: not proved, so not served.
+    learned_json_ = {{"architecture", arch}, {"pass", false}, {"error", "recurrent state beside sliding-window attention"}};
+    return StrCat("architecture '", arch, "' is outside the family table and keeps recurrent state beside "
+                  "sliding-window attention, which the startup certification does not cover");
+  }
   certify::StateHandoffOptions o;
   o.model_path = options_.model_path;
   o.model_id = engine_->options().model_id;
