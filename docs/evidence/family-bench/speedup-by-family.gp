@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,500 font 'sans,10'
-set output 'docs/evidence/family-bench/speedup-by-family.png'
+set output '/tmp/fb-f16-rounds/speedup-by-family.png'
 set title 'Skippy hit vs llama-server warm, by family (128-token prefix)'
 set datafile missing '?'
 set style data histograms
@@ -13,4 +13,4 @@ unset key
 set logscale y
 set yrange [0.1:*]
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc rgb '#aa0000'
-plot 'docs/evidence/family-bench/speedup-by-family.dat' using 2:xtic(1) title columnheader
+plot '/tmp/fb-f16-rounds/speedup-by-family.dat' using 2:xtic(1) title columnheader
