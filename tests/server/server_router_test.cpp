@@ -363,4 +363,132 @@ TEST(RouterRetry, AStreamWhoseReplicaDiesBeforeItsFirstTokenIsAnsweredByAnother)
   router.Stop(std::chrono::milliseconds(3000));
 }
 
+// A replica that is always busy (503 with Retry-After on every generation) and whose event
+// stream sends frames of shapes no skippy-server writes.
+class BusyWithOddEvents {
+ public:
+  BusyWithOddEvents() {
+    server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    server_.Get("/cache/events", [this](const httplib::Request&, httplib::Response& res) {
+      ++event_streams_;
+      res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+        const std::string frames = "data: {\"kind\":1}\n\ndata: {\"kind\":\"hello\",\"lanes\":\"many\"}\n\n"
+                                   "data: [1,2]\n\ndata: {\"kind\":\"hello\",\"lanes\":null}\n\ndata: not json\n\n";
+        sink.write(frames.data(), frames.size());
+        return false;
+      });
+    });
+    auto busy = [this](const httplib::Request&, httplib::Response& res) {
+      ++generations_;
+      res.status = 503;
+      res.set_header("Retry-After", "7");
+      res.set_content(R"({"error":{"message":"all lanes are busy","type":"server_error","code":"queue_full"}})",
+                      "application/json");
+    };
+    server_.Post("/completion", busy);
+    server_.Post("/v1/chat/completions", busy);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~BusyWithOddEvents() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int generations() const { return generations_; }
+  int event_streams() const { return event_streams_; }
+
+ private:
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<int> generations_{0}, event_streams_{0};
+};
+
+std::unique_ptr<skippy::Subprocess> StartRouter(const std::vector<std::string>& args, const std::string& log,
+                                                int* port) {
+  *port = *skippy::FreeLoopbackPort();
+  std::vector<std::string> argv = {RouterBin(), "--port", std::to_string(*port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto proc = skippy::Subprocess::Start(argv, log);
+  if (!proc.ok()) return nullptr;
+  return std::make_unique<skippy::Subprocess>(std::move(*proc));
+}
+
+TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
+  constexpr const char* kKey = "router-key";
+  auto real = ServerProcess::Start("llama", {"-c", "512", "--runtime-lane-count", "1", "--api-key", kKey},
+                                   "router-busy");
+  ASSERT_TRUE(real);
+  BusyWithOddEvents busy;
+  ASSERT_GT(busy.port(), 0);
+  const std::string log =
+      (fs::temp_directory_path() / ("skippy-router-busy-" + std::to_string(::getpid()) + ".log")).string();
+  int port = 0;
+  auto router = StartRouter({"--policy", "round-robin", "--replica", "127.0.0.1:" + std::to_string(busy.port()),
+                             "--replica", "127.0.0.1:" + std::to_string(real->port())},
+                            log, &port);
+  ASSERT_TRUE(router);
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  // The key in the header OpenAI's clients may send it in; "stream": null is no stream.
+  c.set_default_headers({{"X-Api-Key", kKey}});
+  for (int i = 0; i < 200 && !(c.Get("/router/stats") && c.Get("/router/stats")->status == 200); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  const json bodies[] = {
+      {{"prompt", "sent on"}, {"n_predict", 2}},
+      {{"prompt", "sent on"}, {"n_predict", 2}, {"stream", nullptr}},
+      {{"prompt", "sent on"}, {"n_predict", 2}, {"stream", true}},
+      {{"prompt", "sent on"}, {"n_predict", 2}, {"stream", true}},
+  };
+  for (const json& b : bodies) {
+    auto r = c.Post("/completion", b.dump(), "application/json");
+    ASSERT_TRUE(r) << skippy::TailOfFile(log);
+    EXPECT_EQ(r->status, 200) << b.dump() << ": " << r->body;
+  }
+  EXPECT_GE(busy.generations(), 1) << "round-robin never dealt a request to the busy replica";
+  const json s = json::parse(c.Get("/router/stats")->body);
+  EXPECT_EQ(s["busy_replicas"], busy.generations()) << s.dump();
+  EXPECT_EQ(s["unavailable"], 0) << s.dump();
+  router->Stop(std::chrono::milliseconds(3000));
+
+  // With only the busy replica, the client gets its 503 and Retry-After.
+  auto alone = StartRouter({"--policy", "round-robin", "--replica", "127.0.0.1:" + std::to_string(busy.port())},
+                           log + ".alone", &port);
+  ASSERT_TRUE(alone);
+  httplib::Client a("127.0.0.1", port);
+  for (int i = 0; i < 200 && !(a.Get("/router/stats") && a.Get("/router/stats")->status == 200); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  for (bool stream : {false, true}) {
+    auto r = a.Post("/completion", json{{"prompt", "x"}, {"n_predict", 1}, {"stream", stream}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(r->get_header_value("Retry-After"), "7");
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full") << r->body;
+  }
+  alone->Stop(std::chrono::milliseconds(3000));
+}
+
+TEST(RouterEvents, EventsOfAnotherShapeLeaveTheRouterRunning) {
+  BusyWithOddEvents odd;
+  ASSERT_GT(odd.port(), 0);
+  const std::string log =
+      (fs::temp_directory_path() / ("skippy-router-odd-" + std::to_string(::getpid()) + ".log")).string();
+  int port = 0;
+  auto router = StartRouter({"--replica", "127.0.0.1:" + std::to_string(odd.port())}, log, &port);
+  ASSERT_TRUE(router);
+  httplib::Client c("127.0.0.1", port);
+  // The router follows the stream again after each end: a few rounds of the odd frames.
+  for (int i = 0; i < 400 && odd.event_streams() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  EXPECT_GE(odd.event_streams(), 3);
+  auto r = c.Get("/router/stats");
+  ASSERT_TRUE(r) << "the router died on an event; log:\n" << skippy::TailOfFile(log);
+  EXPECT_EQ(r->status, 200);
+  router->Stop(std::chrono::milliseconds(3000));
+}
+
 }  // namespace

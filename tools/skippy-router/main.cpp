@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   app.add_option("--balance-rel", o.policy_options.balance_rel, "... and above this ratio")
       ->capture_default_str()->check(CLI::Range(1.0, 1e6));
   app.add_option("--replica-key", o.replica_key, "API key (without a namespace) for the replicas' /cache/events");
+  app.add_option("--read-timeout-secs", o.read_timeout_seconds,
+                 "how long a replica may take to answer a request that is not streamed (then 504)")
+      ->capture_default_str()->check(CLI::Range(1, 86400));
   app.add_option("--retries", o.retries, "times a request is sent to another replica after one fails")
       ->capture_default_str()->check(CLI::Range(0, 16));
   int drain_seconds = 30;
@@ -51,8 +54,10 @@ int main(int argc, char** argv) {
   o.policy = policy == "round-robin" ? skippy::router::Policy::kRoundRobin : skippy::router::Policy::kCacheAware;
   for (const std::string& r : o.replicas) {
     const size_t colon = r.rfind(':');
+    // At most five digits before the number is read, so no port string can overflow it.
     if (colon == std::string::npos || colon == 0 || r.find_first_not_of("0123456789", colon + 1) != std::string::npos ||
-        colon + 1 == r.size() || std::stoi(r.substr(colon + 1)) < 1 || std::stoi(r.substr(colon + 1)) > 65535) {
+        colon + 1 == r.size() || r.size() - colon - 1 > 5 || std::stoi(r.substr(colon + 1)) < 1 ||
+        std::stoi(r.substr(colon + 1)) > 65535) {
       std::fprintf(stderr, "skippy-router: --replica must be HOST:PORT, got '%s'\n", r.c_str());
       return 2;
     }

@@ -1,8 +1,10 @@
 #include "skippy/router/router.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <optional>
 #include <string_view>
 
 #include "httplib.h"
@@ -30,10 +32,25 @@ const char* PromptKeyEndpoint(const std::string& path) {
   return "completion";
 }
 
+// The client's credentials, in either header a replica reads them from.
 httplib::Headers ForwardHeaders(const httplib::Request& req) {
   httplib::Headers h;
-  if (req.has_header("Authorization")) h.emplace("Authorization", req.get_header_value("Authorization"));
+  for (const char* name : {"Authorization", "X-Api-Key"}) {
+    if (req.has_header(name)) h.emplace(name, req.get_header_value(name));
+  }
   return h;
+}
+
+// A replica's 503 (all lanes and its queue busy, loading, draining): another replica may take the
+// request; if none does, the client gets the last such answer, Retry-After included.
+struct Busy {
+  int status = 0;
+  std::string body, content_type, retry_after;
+};
+void SendBusy(const Busy& b, httplib::Response& res) {
+  res.status = b.status;
+  if (!b.retry_after.empty()) res.set_header("Retry-After", b.retry_after);
+  res.set_content(b.body, b.content_type.empty() ? "application/json" : b.content_type);
 }
 
 // Whether an SSE event commits a stream to the replica that sent it. Comments (keepalives) and
@@ -59,12 +76,17 @@ bool Commits(std::string_view event) {
 // A streamed answer on its way from a replica to the client: the upstream thread pushes, the
 // client's content provider pops. Nothing reaches the client until the stream is `committed`
 // (Commits): until then a failed replica is retried elsewhere and its events are dropped.
+// The longest event a replica's /cache/events stream may send (an entry's tokens are the
+// largest part); a stream past it without an event's end is dropped and followed again.
+constexpr size_t kMaxEventBytes = size_t{16} << 20;
+
 struct Pipe {
   std::mutex mu;
   std::condition_variable cv;
   bool headers = false;
   int status = 0;
   std::string content_type;
+  std::string retry_after;
   std::deque<std::string> chunks;
   std::string scan;        // bytes not yet split into events, until committed
   bool committed = false;
@@ -93,6 +115,8 @@ struct Router::Counters {
   std::atomic<uint64_t> unavailable{0};      // answered 503: no replica could take it
   std::atomic<uint64_t> streams_cut{0};      // a replica failed mid-stream: error event sent
   std::atomic<uint64_t> client_gone{0};      // the client left before its answer began
+  std::atomic<uint64_t> timeouts{0};         // answered 504: a replica took longer than the read timeout
+  std::atomic<uint64_t> busy_replicas{0};    // a replica answered 503 (busy, loading, draining): sent on
   std::atomic<uint64_t> prompt_key_failures{0};
   std::atomic<uint64_t> shared_hits{0};      // answers whose prefix a replica fetched from the shared tier
   std::atomic<uint64_t> prompt_tokens{0};    // tokens of prompts routed with a known prompt
@@ -221,13 +245,18 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
   ++in_flight_;
   // Released when the request is over, streamed or not (the provider outlives this handler).
   std::shared_ptr<void> in_flight(nullptr, [this](void*) { --in_flight_; });
+  // A "stream" that is not a boolean goes as a request that is not streamed: the replica answers
+  // its 400 (null is absent there too).
   const json body = json::parse(req.body, nullptr, false);
-  const bool stream = body.is_object() && body.value("stream", false) == true;
+  const auto stream_field = body.is_object() ? body.find("stream") : body.end();
+  const bool stream = body.is_object() && stream_field != body.end() && stream_field->is_boolean() &&
+                      stream_field->get<bool>();
   std::vector<Token> tokens;
   std::string ns_key;
   if (options_.policy == Policy::kCacheAware) std::tie(tokens, ns_key) = PromptKey(path, req);
   if (!tokens.empty()) counters_->prompt_tokens += tokens.size();
   std::vector<bool> excluded(replicas_.size(), false);
+  std::optional<Busy> busy;
   for (int attempt = 0; attempt <= options_.retries; ++attempt) {
     const std::optional<Choice> choice = Pick(tokens, ns_key, excluded);
     if (!choice) break;
@@ -260,9 +289,23 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
         ++counters_->client_gone;
         return;
       }
+      if (!got && got.error() == httplib::Error::Timeout) {
+        // The replica took longer than the read timeout to answer: a generation that long would
+        // take as long elsewhere, so it is neither retried nor held against the replica's health
+        // (the health checks judge that).
+        ++counters_->timeouts;
+        return SendError(res, 504, "replica_timeout",
+                         "the replica did not answer within the router's --read-timeout-secs");
+      }
       if (!got) {  // no answer: the replica is down or died mid-request
         ++r.failures;
         r.healthy = false;
+        excluded[choice->replica] = true;
+        continue;
+      }
+      if (got->status == 503) {  // busy, loading or draining: the next replica may take it
+        ++counters_->busy_replicas;
+        busy = Busy{got->status, got->body, got->get_header_value("Content-Type"), got->get_header_value("Retry-After")};
         excluded[choice->replica] = true;
         continue;
       }
@@ -287,6 +330,7 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       pipe->headers = true;
       pipe->status = r.status;
       pipe->content_type = r.get_header_value("Content-Type");
+      pipe->retry_after = r.get_header_value("Retry-After");
       pipe->cv.notify_all();
       return true;
     };
@@ -332,6 +376,12 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       pipe->cv.wait(lock, [&] { return pipe->done; });
       std::string all;
       for (const std::string& c : pipe->chunks) all += c;
+      if (pipe->status == 503) {  // busy, loading or draining: the next replica may take it
+        ++counters_->busy_replicas;
+        busy = Busy{pipe->status, std::move(all), pipe->content_type, pipe->retry_after};
+        excluded[choice->replica] = true;
+        continue;
+      }
       res.status = pipe->status;
       res.set_content(all, pipe->content_type.empty() ? "application/json" : pipe->content_type);
       return;
@@ -390,6 +440,7 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
     return;
   }
   ++counters_->unavailable;
+  if (busy) return SendBusy(*busy, res);
   SendError(res, 503, "no_replica", "no replica could take the request");
 }
 
@@ -408,13 +459,19 @@ void Router::Follow(Replica& r) {
         buffer.erase(0, end + 2);
         if (!frame.starts_with("data: ")) continue;  // a keepalive comment
         const json e = json::parse(frame.substr(6), nullptr, false);
-        if (e.is_object() && e.value("kind", "") == "hello") {
-          r.lanes = std::max(1, e.value("lanes", 1));
+        // Read field by field: a replica's event of another shape is skipped, never thrown on.
+        const auto kind = e.is_object() ? e.find("kind") : e.end();
+        if (e.is_object() && kind != e.end() && kind->is_string() && kind->get<std::string>() == "hello") {
+          const auto lanes = e.find("lanes");
+          r.lanes = lanes != e.end() && lanes->is_number_integer()
+                        ? static_cast<int>(std::clamp<int64_t>(lanes->get<int64_t>(), 1, 1 << 16))
+                        : 1;
           r.follows = true;
         }
         r.view.Apply(e);
       }
-      return !stopping_.load();
+      // An event never ends: the stream is not one a replica writes; reconnect.
+      return !stopping_.load() && buffer.size() <= kMaxEventBytes;
     });
     r.follows = false;
     r.view.Clear();  // what it holds now is unknown
@@ -462,6 +519,8 @@ json Router::StatsJson() const {
           {"unavailable", c.unavailable.load()},
           {"streams_cut", c.streams_cut.load()},
           {"client_gone", c.client_gone.load()},
+          {"timeouts", c.timeouts.load()},
+          {"busy_replicas", c.busy_replicas.load()},
           {"prompt_key_failures", c.prompt_key_failures.load()},
           {"shared_hits", c.shared_hits.load()},
           {"prompt_tokens", c.prompt_tokens.load()},
@@ -497,6 +556,10 @@ std::string Router::MetricsText() const {
   StrAppend(&o, "skippy_router_streams_cut_total ", c.streams_cut.load(), "\n");
   head("skippy_router_client_gone_total", "counter", "Requests whose client left before the answer began (the replica's connection closed too).");
   StrAppend(&o, "skippy_router_client_gone_total ", c.client_gone.load(), "\n");
+  head("skippy_router_timeouts_total", "counter", "Requests answered 504: a replica took longer than --read-timeout-secs.");
+  StrAppend(&o, "skippy_router_timeouts_total ", c.timeouts.load(), "\n");
+  head("skippy_router_busy_replicas_total", "counter", "Answers 503 from a replica (busy, loading, draining), sent on to another.");
+  StrAppend(&o, "skippy_router_busy_replicas_total ", c.busy_replicas.load(), "\n");
   head("skippy_router_shared_tier_hits_total", "counter", "Answers whose prefix a replica fetched from the shared tier.");
   StrAppend(&o, "skippy_router_shared_tier_hits_total ", c.shared_hits.load(), "\n");
   head("skippy_router_prompt_key_failures_total", "counter", "Requests routed without knowing their prompt.");

@@ -8,7 +8,11 @@
 //
 // Faults: a replica that fails its health check (GET /health, every health_interval) or refuses a
 // connection is skipped until it answers again; a request whose replica fails before answering is
-// sent to the next choice (up to `retries` times). A stream is held until its first event that
+// sent to the next choice (up to `retries` times), and so is one a replica answers 503 (all its
+// lanes and queue busy, loading, draining; the client gets the last 503 with its Retry-After when
+// no replica takes it). A request that is not streamed and takes longer than read_timeout_seconds
+// is answered 504, neither retried nor held against the replica. The client's credentials go on
+// in the header it sent them in (Authorization or X-Api-Key). A stream is held until its first event that
 // carries the answer (a token, an error, the end; not a keepalive or the chat role chunk), so a
 // replica that dies in the prefill is retried too; a stream cut after that ends with an error
 // event, since the tokens already sent cannot be taken back. Every outcome is counted (GET /metrics, /router/stats).
