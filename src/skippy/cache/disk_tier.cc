@@ -353,7 +353,17 @@ Status DiskTier::Read(const TierHit& hit, std::vector<uint8_t>& out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return fail(absl::DataLossError("disk entry file is missing"), true);
+    if (err == ENOENT) {
+      // Evicted by the writer thread since the lookup above (the lookup does not pin): gone, not
+      // corrupt. Missing while still listed: corrupt.
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!stored_.count(hit.entry)) {
+        ++stats_.misses_gone;
+        return absl::NotFoundError("disk entry removed since its lookup");
+      }
+      lock.unlock();
+      return fail(absl::DataLossError("disk entry file is missing"), true);
+    }
     return fail(ErrnoStatus(err, "open " + path), false);
   }
   struct stat sb {};

@@ -52,7 +52,8 @@ std::optional<Restorer::Promoted> Restorer::PromoteFromTiers(const LaneJob& job,
   std::stable_sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) { return a.serves > b.serves; });
   for (const Candidate& c : found) {
     if (Status s = c.tier->Read(c.hit, tier_buffer_); !s.ok()) {
-      Warn(c.tier->Name() == "disk" ? "disk read" : "shared read", s);
+      // NotFound: evicted since the lookup, an ordinary race (counted by the tier).
+      if (!absl::IsNotFound(s)) Warn(c.tier->Name() == "disk" ? "disk read" : "shared read", s);
       continue;
     }
     std::optional<cache::EntryId> id = recorder_.Adopt(job.scope, c.hit.record, tier_buffer_, c.tier);
