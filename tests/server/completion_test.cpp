@@ -85,5 +85,59 @@ TEST(CompletionStream, HeldBytesNeverSplitACharacter) {
   EXPECT_EQ(events.front()["content"], "caf") << "sent while the last byte was held";
 }
 
+// Each token's log-probabilities go out once, in the event that carries the token, though a
+// stream's polls see only those past what it sent.
+TEST(CompletionStream, EachTokensLogprobsGoOutOnce) {
+  GenerationRequest r;
+  r.endpoint = Endpoint::kLlamaCompletion;
+  r.stream = true;
+  r.n_probs = 2;
+  Job job(r, PreparedPrompt{{1, 2, 3}, {}}, "", 16);
+  auto probs = [](runtime::Token id) {
+    TokenLogprobs t;
+    t.chosen = {id, "p" + std::to_string(id), -0.5};
+    t.top = {{id, "p" + std::to_string(id), -0.5}, {id + 1, "q", -1.5}};
+    return t;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<json> events;
+  httplib::DataSink sink;
+  sink.write = [&](const char* data, size_t n) {
+    const std::string line(data, n);
+    if (line.rfind("data: ", 0) == 0) {
+      std::lock_guard lock(mu);
+      events.push_back(json::parse(line.substr(6)));
+      cv.notify_all();
+    }
+    return true;
+  };
+  sink.is_writable = [] { return true; };
+  sink.done = [] {};
+  const Completion completion(Endpoint::kLlamaCompletion, r, "m", 3);
+  Completion::StreamState state;
+  bool hit = false;
+  job.Append(10, "a", &hit, probs(10));
+  std::thread streaming([&] { completion.Stream(job, state, sink); });
+  for (runtime::Token id : {11, 12}) {
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return events.size() >= static_cast<size_t>(id - 10); });
+    }
+    job.Append(id, "b", &hit, probs(id));
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return events.size() >= 3; });
+  }
+  job.Finish("length", std::nullopt, {});
+  streaming.join();
+  std::vector<int> ids;
+  for (const json& e : events) {
+    for (const json& p : e.value("completion_probabilities", json::array())) ids.push_back(p["id"].get<int>());
+  }
+  EXPECT_EQ(ids, (std::vector<int>{10, 11, 12}));
+}
+
 }  // namespace
 }  // namespace skippy::server

@@ -37,7 +37,19 @@ Job::View Job::Snapshot() const { return view_; }
 Job::View Job::WaitFor(size_t have_tokens, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return view_.done || view_.tokens.size() > have_tokens; });
-  return Snapshot();
+  // Without the log-probabilities the caller has: a stream polls once a token, and copying them
+  // all each time (candidates and their pieces) grew with the square of the answer, under the lock
+  // the engine thread appends through.
+  View v;
+  v.tokens = view_.tokens;
+  v.logprobs_from = std::min(have_tokens, view_.logprobs.size());
+  v.logprobs.assign(view_.logprobs.begin() + static_cast<std::ptrdiff_t>(v.logprobs_from), view_.logprobs.end());
+  v.text = view_.text;
+  v.done = view_.done;
+  v.error = view_.error;
+  v.finish_reason = view_.finish_reason;
+  v.timings = view_.timings;
+  return v;
 }
 
 std::string Job::text() const {

@@ -63,10 +63,12 @@ class Job {
   int64_t max_tokens() const { return max_tokens_; }
   Clock::time_point arrival() const { return arrival_; }
 
-  // What the handler reads, under the job's lock.
+  // What the handler reads, under the job's lock (WaitFor copies it field by field: a new field
+  // goes there too).
   struct View {
     std::vector<runtime::Token> tokens;  // generated ids
-    std::vector<TokenLogprobs> logprobs; // one per token when request().n_probs > 0
+    std::vector<TokenLogprobs> logprobs; // one per token from logprobs_from when request().n_probs > 0
+    size_t logprobs_from = 0;            // the token logprobs[0] belongs to (WaitFor: the tokens asked past)
     std::string text;                    // generated text (stop string removed)
     bool done = false;
     std::optional<ApiError> error;
@@ -75,7 +77,8 @@ class Job {
   };
   // The generated text so far (stop string removed).
   std::string text() const;
-  // Blocks until the job has more than `have_tokens` tokens or is done, or `timeout` passes.
+  // Blocks until the job has more than `have_tokens` tokens or is done, or `timeout` passes; the
+  // view's log-probabilities start at token have_tokens (View::logprobs_from).
   View WaitFor(size_t have_tokens, std::chrono::milliseconds timeout);
   View Wait();
   // Whether the job is done, waiting at most `timeout` for it.

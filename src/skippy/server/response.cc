@@ -195,8 +195,8 @@ bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSi
         v.tokens.begin() + static_cast<long>(std::min(state.sent_tokens, v.tokens.size())), v.tokens.end());
     const std::string text = v.text.substr(state.sent_bytes, upto - state.sent_bytes);
     std::vector<TokenLogprobs> probs;
-    if (n_probs_ > 0 && v.logprobs.size() > state.sent_tokens) {
-      probs.assign(v.logprobs.begin() + static_cast<long>(state.sent_tokens), v.logprobs.end());
+    if (n_probs_ > 0 && v.logprobs_from + v.logprobs.size() > state.sent_tokens && v.logprobs_from <= state.sent_tokens) {
+      probs.assign(v.logprobs.begin() + static_cast<long>(state.sent_tokens - v.logprobs_from), v.logprobs.end());
     }
     if (!text.empty() || ((return_tokens_ || n_probs_ > 0) && !toks.empty())) {
       if (!Event(sink, Chunk(text, toks, std::nullopt, probs))) return false;
