@@ -43,6 +43,31 @@ TEST(JobStop, AStopStringAcrossPiecesIsFound) {
   EXPECT_EQ(job.text(), "one");
 }
 
+// A sink that keeps a stream's data events, parsed; Await blocks until it holds n of them.
+struct Events {
+  Events() {
+    sink.write = [this](const char* data, size_t n) {
+      const std::string line(data, n);
+      if (line.rfind("data: ", 0) == 0) {
+        std::lock_guard lock(mu);
+        events.push_back(json::parse(line.substr(6)));
+        cv.notify_all();
+      }
+      return true;
+    };
+    sink.is_writable = [] { return true; };
+    sink.done = [] {};
+  }
+  void Await(size_t n) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return events.size() >= n; });
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<json> events;
+  httplib::DataSink sink;
+};
+
 // A stream with a stop string holds back its last bytes; the cut must not split a character.
 TEST(CompletionStream, HeldBytesNeverSplitACharacter) {
   GenerationRequest r;
@@ -53,36 +78,18 @@ TEST(CompletionStream, HeldBytesNeverSplitACharacter) {
   bool hit = false;
   job.Append(7, "caf\xC3\xA9", &hit);  // "café": its last character is two bytes
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<json> events;
-  httplib::DataSink sink;
-  sink.write = [&](const char* data, size_t n) {
-    const std::string line(data, n);
-    if (line.rfind("data: ", 0) == 0) {
-      std::lock_guard lock(mu);
-      events.push_back(json::parse(line.substr(6)));
-      cv.notify_all();
-    }
-    return true;
-  };
-  sink.is_writable = [] { return true; };
-  sink.done = [] {};
+  Events out;
   const Completion completion(Endpoint::kLlamaCompletion, r, "m", 3);
   Completion::StreamState state;
-  std::thread streaming([&] { completion.Stream(job, state, sink); });
-  {
-    // The job finishes only after the stream sent what it could while not done.
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return !events.empty(); });
-  }
+  std::thread streaming([&] { completion.Stream(job, state, out.sink); });
+  out.Await(1);  // the job finishes only after the stream sent what it could while not done
   job.Finish("stop", std::nullopt, {});
   streaming.join();
 
   std::string content;
-  for (const json& e : events) content += e.value("content", "");
+  for (const json& e : out.events) content += e.value("content", "");
   EXPECT_EQ(content, "caf\xC3\xA9");
-  EXPECT_EQ(events.front()["content"], "caf") << "sent while the last byte was held";
+  EXPECT_EQ(out.events.front()["content"], "caf") << "sent while the last byte was held";
 }
 
 // Each token's log-probabilities go out once, in the event that carries the token, though a
@@ -99,41 +106,21 @@ TEST(CompletionStream, EachTokensLogprobsGoOutOnce) {
     t.top = {{id, "p" + std::to_string(id), -0.5}, {id + 1, "q", -1.5}};
     return t;
   };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<json> events;
-  httplib::DataSink sink;
-  sink.write = [&](const char* data, size_t n) {
-    const std::string line(data, n);
-    if (line.rfind("data: ", 0) == 0) {
-      std::lock_guard lock(mu);
-      events.push_back(json::parse(line.substr(6)));
-      cv.notify_all();
-    }
-    return true;
-  };
-  sink.is_writable = [] { return true; };
-  sink.done = [] {};
+  Events out;
   const Completion completion(Endpoint::kLlamaCompletion, r, "m", 3);
   Completion::StreamState state;
   bool hit = false;
   job.Append(10, "a", &hit, probs(10));
-  std::thread streaming([&] { completion.Stream(job, state, sink); });
+  std::thread streaming([&] { completion.Stream(job, state, out.sink); });
   for (runtime::Token id : {11, 12}) {
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return events.size() >= static_cast<size_t>(id - 10); });
-    }
+    out.Await(static_cast<size_t>(id - 10));
     job.Append(id, "b", &hit, probs(id));
   }
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return events.size() >= 3; });
-  }
+  out.Await(3);
   job.Finish("length", std::nullopt, {});
   streaming.join();
   std::vector<int> ids;
-  for (const json& e : events) {
+  for (const json& e : out.events) {
     for (const json& p : e.value("completion_probabilities", json::array())) ids.push_back(p["id"].get<int>());
   }
   EXPECT_EQ(ids, (std::vector<int>{10, 11, 12}));
