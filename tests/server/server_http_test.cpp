@@ -450,14 +450,17 @@ TEST_F(ServerHttp, AQueuedClientThatLeavesGivesUpItsQueueSlot) {
     EXPECT_FALSE(gone.Post("/completion", json{{"prompt", "nobody waits for this"}, {"n_predict", 2}}.dump(),
                            "application/json"));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // its handler notices within 100 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its handler notices within 100 ms
   const json st = json::parse(c->Get("/cache/stats")->body);
-  ASSERT_EQ(st["lanes_busy"], 2) << "the long answers ended too early to hold both lanes";
-  ASSERT_EQ(st["queue_depth"], 1);
-  // The departed client's slot is free for the next one.
-  auto [s, r] = PostJson(*c, "/completion", {{"prompt", "a request after the hang-up"}, {"n_predict", 2}});
-  EXPECT_EQ(s, 200) << r.dump();
+  const bool held = st["lanes_busy"] == 2 && st["queue_depth"] == 1;
+  if (held) {
+    // The departed client's slot is free for the next one.
+    auto [s, r] = PostJson(*c, "/completion", {{"prompt", "a request after the hang-up"}, {"n_predict", 2}});
+    EXPECT_EQ(s, 200) << r.dump();
+  }
   for (auto& t : lanes) t.join();
+  ASSERT_TRUE(held) << "the long answers ended too early to hold both lanes, or the queue was not as left: "
+                    << st.dump();
   EXPECT_EQ(long_ok, 2);
   auto m = c->Get("/metrics");
   ASSERT_TRUE(m);

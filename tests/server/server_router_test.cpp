@@ -389,6 +389,11 @@ class BusyWithOddEvents {
     };
     server_.Post("/completion", busy);
     server_.Post("/v1/chat/completions", busy);
+    // Answers only after the router's read timeout (1 s in the test that asks).
+    server_.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      res.set_content("{}", "application/json");
+    });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
   }
@@ -406,6 +411,22 @@ class BusyWithOddEvents {
   int port_ = 0;
   std::atomic<int> generations_{0}, event_streams_{0};
 };
+
+// Whether every replica of the router on `port` passed a health check (within 5 s).
+bool AllHealthy(int port) {
+  httplib::Client c("127.0.0.1", port);
+  for (int i = 0; i < 200; ++i) {
+    auto r = c.Get("/router/stats");
+    if (r && r->status == 200) {
+      const json s = json::parse(r->body);
+      bool ok = !s["replicas"].empty();
+      for (const json& rep : s["replicas"]) ok = ok && rep["healthy"].get<bool>();
+      if (ok) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return false;
+}
 
 std::unique_ptr<skippy::Subprocess> StartRouter(const std::vector<std::string>& args, const std::string& log,
                                                 int* port) {
@@ -435,9 +456,6 @@ TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
   c.set_read_timeout(60);
   // The key in the header OpenAI's clients may send it in; "stream": null is no stream.
   c.set_default_headers({{"X-Api-Key", kKey}});
-  for (int i = 0; i < 200 && !(c.Get("/router/stats") && c.Get("/router/stats")->status == 200); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
   const json bodies[] = {
       {{"prompt", "sent on"}, {"n_predict", 2}},
       {{"prompt", "sent on"}, {"n_predict", 2}, {"stream", nullptr}},
@@ -445,6 +463,7 @@ TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
       {{"prompt", "sent on"}, {"n_predict", 2}, {"stream", true}},
   };
   for (const json& b : bodies) {
+    ASSERT_TRUE(AllHealthy(port)) << skippy::TailOfFile(log);
     auto r = c.Post("/completion", b.dump(), "application/json");
     ASSERT_TRUE(r) << skippy::TailOfFile(log);
     EXPECT_EQ(r->status, 200) << b.dump() << ": " << r->body;
@@ -460,10 +479,8 @@ TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
                            log + ".alone", &port);
   ASSERT_TRUE(alone);
   httplib::Client a("127.0.0.1", port);
-  for (int i = 0; i < 200 && !(a.Get("/router/stats") && a.Get("/router/stats")->status == 200); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
   for (bool stream : {false, true}) {
+    ASSERT_TRUE(AllHealthy(port)) << skippy::TailOfFile(log + ".alone");
     auto r = a.Post("/completion", json{{"prompt", "x"}, {"n_predict", 1}, {"stream", stream}}.dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 503);
@@ -471,6 +488,29 @@ TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
     EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full") << r->body;
   }
   alone->Stop(std::chrono::milliseconds(3000));
+}
+
+TEST(RouterTimeout, AnAnswerLongerThanTheReadTimeoutIsA504) {
+  BusyWithOddEvents slow;
+  ASSERT_GT(slow.port(), 0);
+  const std::string log =
+      (fs::temp_directory_path() / ("skippy-router-slow-" + std::to_string(::getpid()) + ".log")).string();
+  int port = 0;
+  auto router = StartRouter({"--policy", "round-robin", "--read-timeout-secs", "1", "--replica",
+                             "127.0.0.1:" + std::to_string(slow.port())},
+                            log, &port);
+  ASSERT_TRUE(router);
+  ASSERT_TRUE(AllHealthy(port)) << skippy::TailOfFile(log);
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30);
+  auto r = c.Post("/v1/completions", json{{"prompt", "slow"}, {"max_tokens", 1}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "replica_timeout") << r->body;
+  const json s = json::parse(c.Get("/router/stats")->body);
+  EXPECT_EQ(s["timeouts"], 1) << s.dump();
+  EXPECT_EQ(s["retries"], 0) << "a generation that long is not sent again: " << s.dump();
+  router->Stop(std::chrono::milliseconds(3000));
 }
 
 TEST(RouterEvents, EventsOfAnotherShapeLeaveTheRouterRunning) {

@@ -275,6 +275,7 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
       c.set_read_timeout(options_.read_timeout_seconds);
       // The answer is awaited beside the client's connection: a client that leaves closes the
       // replica's connection too, and the replica cancels the generation.
+      const auto sent = std::chrono::steady_clock::now();
       auto pending = std::async(std::launch::async, [&] { return c.Post(path, ForwardHeaders(req), req.body, "application/json"); });
       bool client_left = false;
       while (pending.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
@@ -289,7 +290,12 @@ void Router::Proxy(const std::string& path, const httplib::Request& req, httplib
         ++counters_->client_gone;
         return;
       }
-      if (!got && got.error() == httplib::Error::Timeout) {
+      // httplib reports a read that timed out as a failed read: the time tells them apart.
+      const bool timed_out = !got && (got.error() == httplib::Error::Timeout ||
+                                      (got.error() == httplib::Error::Read &&
+                                       std::chrono::steady_clock::now() - sent >=
+                                           std::chrono::seconds(options_.read_timeout_seconds)));
+      if (timed_out) {
         // The replica took longer than the read timeout to answer: a generation that long would
         // take as long elsewhere, so it is neither retried nor held against the replica's health
         // (the health checks judge that).

@@ -77,12 +77,14 @@ class Model {
   // trailing EOS (what a server adds back when it tokenizes the text).
   StatusOr<std::string> Detokenize(std::span<const Token> tokens, bool remove_special = false) const;
   Status ValidateTokens(std::span<const Token> tokens) const;
-  // The most text bytes one token stands for, where the tokenizer keeps every byte of its input
-  // (byte-pair and SentencePiece vocabularies: the pieces of a text's tokens add up to at least
-  // its bytes), so a text of more than n times this many bytes has more than n tokens and can be
-  // refused before it is tokenized. nullopt for tokenizers that normalize their input (WordPiece,
-  // Unigram and the others may drop bytes). Computed on first use from every token's piece, with
-  // special tokens as text. Thread-safe.
+  // The most text bytes one token stands for, for byte-pair and SentencePiece vocabularies, whose
+  // tokens' pieces add up to a text's bytes or more, so a text of more than n times this many
+  // bytes has more than n tokens and can be refused before it is tokenized. Two cases drop bytes
+  // and break the bound: whitespace after special tokens that llama.cpp strips (Phi-3's), and
+  // bytes a BPE vocabulary without byte tokens has no token for; a text refused that way is
+  // longer than n times the longest piece and mostly bytes the tokenizer drops. nullopt for
+  // tokenizers that normalize their input (WordPiece, Unigram and the others). Computed on first
+  // use from every token's piece, with special tokens as text. Thread-safe.
   std::optional<size_t> MaxBytesPerToken() const;
 
   llama_model* raw() const { return model_; }
