@@ -261,157 +261,6 @@ namespace {
 
 // A replica that answers its health check and starts every stream (headers, then a keepalive or
 // the chat role chunk) but dies before the first token, as a replica killed in a prefill does.
-class DiesInPrefill {
- public:
-  DiesInPrefill() {
-    server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"status":"ok"})", "application/json");
-    });
-    auto start = [this](bool chat) {
-      return [this, chat](const httplib::Request&, httplib::Response& res) {
-        ++(chat ? chat_hits_ : completion_hits_);
-        res.set_chunked_content_provider("text/event-stream", [chat](size_t, httplib::DataSink& sink) {
-          const std::string first =
-              chat ? R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})"
-                     "\n\n"
-                   : ": ping\n\n";
-          sink.write(first.data(), first.size());
-          return false;  // the connection drops without the stream's end
-        });
-      };
-    };
-    server_.Post("/completion", start(false));
-    server_.Post("/v1/chat/completions", start(true));
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~DiesInPrefill() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  int completion_hits() const { return completion_hits_; }
-  int chat_hits() const { return chat_hits_; }
-
- private:
-  httplib::Server server_;
-  std::thread thread_;
-  int port_ = 0;
-  std::atomic<int> completion_hits_{0}, chat_hits_{0};
-};
-
-TEST(RouterRetry, AStreamWhoseReplicaDiesBeforeItsFirstTokenIsAnsweredByAnother) {
-  auto real = ServerProcess::Start("llama", {"-c", "512", "--runtime-lane-count", "1"}, "router-retry");
-  ASSERT_TRUE(real);
-  DiesInPrefill fake;
-  ASSERT_GT(fake.port(), 0);
-  const int port = *skippy::FreeLoopbackPort();
-  const std::string log =
-      (fs::temp_directory_path() / ("skippy-router-retry-" + std::to_string(::getpid()) + ".log")).string();
-  auto proc = skippy::Subprocess::Start({RouterBin(), "--port", std::to_string(port), "--policy", "round-robin",
-                                         "--replica", "127.0.0.1:" + std::to_string(fake.port()), "--replica",
-                                         "127.0.0.1:" + std::to_string(real->port())},
-                                        log);
-  ASSERT_TRUE(proc.ok()) << proc.status();
-  skippy::Subprocess router = std::move(*proc);
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60);
-  auto stats = [&] {
-    auto r = c.Get("/router/stats");
-    return r && r->status == 200 ? json::parse(r->body) : json::object();
-  };
-  auto all_healthy = [&] {
-    for (int i = 0; i < 200; ++i) {
-      const json s = stats();
-      bool ok = s.contains("replicas");
-      if (ok) for (const json& r : s["replicas"]) ok = ok && r["healthy"].get<bool>();
-      if (ok) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    return false;
-  };
-  // Round-robin deals every other request to the failing replica while it looks healthy.
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(all_healthy()) << skippy::TailOfFile(log);
-    auto r = c.Post("/completion",
-                    json{{"prompt", "held until its first token"}, {"n_predict", 3}, {"stream", true}}.dump(),
-                    "application/json");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200);
-    EXPECT_NE(r->body.find("\"stop\":true"), std::string::npos) << r->body;
-    EXPECT_EQ(r->body.find("replica_failed"), std::string::npos) << r->body;
-  }
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(all_healthy()) << skippy::TailOfFile(log);
-    auto r = c.Post("/v1/chat/completions",
-                    json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 3}, {"stream", true}}
-                        .dump(),
-                    "application/json");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200);
-    EXPECT_NE(r->body.find("[DONE]"), std::string::npos) << r->body;
-    // One role chunk: the dead replica's was never passed on.
-    size_t roles = 0;
-    for (size_t at = 0; (at = r->body.find("\"role\":\"assistant\"", at)) != std::string::npos; ++at) ++roles;
-    EXPECT_EQ(roles, 1u) << r->body;
-  }
-  EXPECT_GE(fake.completion_hits(), 1);
-  EXPECT_GE(fake.chat_hits(), 1);
-  const json s = stats();
-  EXPECT_EQ(s["streams_cut"], 0) << s.dump();
-  EXPECT_EQ(s["retries"], fake.completion_hits() + fake.chat_hits()) << s.dump();
-  router.Stop(std::chrono::milliseconds(3000));
-}
-
-// A replica that is always busy (503 with Retry-After on every generation) and whose event
-// stream sends frames of shapes no skippy-server writes.
-class BusyWithOddEvents {
- public:
-  BusyWithOddEvents() {
-    server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"status":"ok"})", "application/json");
-    });
-    server_.Get("/cache/events", [this](const httplib::Request&, httplib::Response& res) {
-      ++event_streams_;
-      res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
-        const std::string frames = "data: {\"kind\":1}\n\ndata: {\"kind\":\"hello\",\"lanes\":\"many\"}\n\n"
-                                   "data: [1,2]\n\ndata: {\"kind\":\"hello\",\"lanes\":null}\n\ndata: not json\n\n";
-        sink.write(frames.data(), frames.size());
-        return false;
-      });
-    });
-    auto busy = [this](const httplib::Request&, httplib::Response& res) {
-      ++generations_;
-      res.status = 503;
-      res.set_header("Retry-After", "7");
-      res.set_content(R"({"error":{"message":"all lanes are busy","type":"server_error","code":"queue_full"}})",
-                      "application/json");
-    };
-    server_.Post("/completion", busy);
-    server_.Post("/v1/chat/completions", busy);
-    // Answers only after the router's read timeout (1 s in the test that asks).
-    server_.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      res.set_content("{}", "application/json");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~BusyWithOddEvents() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  int generations() const { return generations_; }
-  int event_streams() const { return event_streams_; }
-
- private:
-  httplib::Server server_;
-  std::thread thread_;
-  int port_ = 0;
-  std::atomic<int> generations_{0}, event_streams_{0};
-};
-
 // Whether every replica of the router on `port` passed a health check (within 5 s).
 bool AllHealthy(int port) {
   httplib::Client c("127.0.0.1", port);
@@ -437,6 +286,148 @@ std::unique_ptr<skippy::Subprocess> StartRouter(const std::vector<std::string>& 
   if (!proc.ok()) return nullptr;
   return std::make_unique<skippy::Subprocess>(std::move(*proc));
 }
+
+// A stand-in replica: an httplib server on a free loopback port that answers /health; a subclass
+// adds its routes in its constructor, then calls Listen(), and calls Stop() in its destructor
+// (its handlers use its members).
+class FakeReplica {
+ public:
+  FakeReplica() {
+    server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+  }
+  virtual ~FakeReplica() { Stop(); }
+  int port() const { return port_; }
+
+ protected:
+  void Listen() {
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  void Stop() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  httplib::Server server_;
+
+ private:
+  std::thread thread_;
+  int port_ = 0;
+};
+
+class DiesInPrefill : public FakeReplica {
+ public:
+  DiesInPrefill() {
+    auto start = [this](bool chat) {
+      return [this, chat](const httplib::Request&, httplib::Response& res) {
+        ++(chat ? chat_hits_ : completion_hits_);
+        res.set_chunked_content_provider("text/event-stream", [chat](size_t, httplib::DataSink& sink) {
+          const std::string first =
+              chat ? R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})"
+                     "\n\n"
+                   : ": ping\n\n";
+          sink.write(first.data(), first.size());
+          return false;  // the connection drops without the stream's end
+        });
+      };
+    };
+    server_.Post("/completion", start(false));
+    server_.Post("/v1/chat/completions", start(true));
+    Listen();
+  }
+  ~DiesInPrefill() override { Stop(); }
+  int completion_hits() const { return completion_hits_; }
+  int chat_hits() const { return chat_hits_; }
+
+ private:
+  std::atomic<int> completion_hits_{0}, chat_hits_{0};
+};
+
+TEST(RouterRetry, AStreamWhoseReplicaDiesBeforeItsFirstTokenIsAnsweredByAnother) {
+  auto real = ServerProcess::Start("llama", {"-c", "512", "--runtime-lane-count", "1"}, "router-retry");
+  ASSERT_TRUE(real);
+  DiesInPrefill fake;
+  ASSERT_GT(fake.port(), 0);
+  const std::string log =
+      (fs::temp_directory_path() / ("skippy-router-retry-" + std::to_string(::getpid()) + ".log")).string();
+  int port = 0;
+  auto router = StartRouter({"--policy", "round-robin", "--replica", "127.0.0.1:" + std::to_string(fake.port()),
+                             "--replica", "127.0.0.1:" + std::to_string(real->port())},
+                            log, &port);
+  ASSERT_TRUE(router);
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  // Round-robin deals every other request to the failing replica while it looks healthy.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(AllHealthy(port)) << skippy::TailOfFile(log);
+    auto r = c.Post("/completion",
+                    json{{"prompt", "held until its first token"}, {"n_predict", 3}, {"stream", true}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("\"stop\":true"), std::string::npos) << r->body;
+    EXPECT_EQ(r->body.find("replica_failed"), std::string::npos) << r->body;
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(AllHealthy(port)) << skippy::TailOfFile(log);
+    auto r = c.Post("/v1/chat/completions",
+                    json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 3}, {"stream", true}}
+                        .dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("[DONE]"), std::string::npos) << r->body;
+    // One role chunk: the dead replica's was never passed on.
+    size_t roles = 0;
+    for (size_t at = 0; (at = r->body.find("\"role\":\"assistant\"", at)) != std::string::npos; ++at) ++roles;
+    EXPECT_EQ(roles, 1u) << r->body;
+  }
+  EXPECT_GE(fake.completion_hits(), 1);
+  EXPECT_GE(fake.chat_hits(), 1);
+  const json s = json::parse(c.Get("/router/stats")->body);
+  EXPECT_EQ(s["streams_cut"], 0) << s.dump();
+  EXPECT_EQ(s["retries"], fake.completion_hits() + fake.chat_hits()) << s.dump();
+  router->Stop(std::chrono::milliseconds(3000));
+}
+
+// A replica that is always busy (503 with Retry-After on every generation) and whose event
+// stream sends frames of shapes no skippy-server writes.
+class BusyWithOddEvents : public FakeReplica {
+ public:
+  BusyWithOddEvents() {
+    server_.Get("/cache/events", [this](const httplib::Request&, httplib::Response& res) {
+      ++event_streams_;
+      res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+        const std::string frames = "data: {\"kind\":1}\n\ndata: {\"kind\":\"hello\",\"lanes\":\"many\"}\n\n"
+                                   "data: [1,2]\n\ndata: {\"kind\":\"hello\",\"lanes\":null}\n\ndata: not json\n\n";
+        sink.write(frames.data(), frames.size());
+        return false;
+      });
+    });
+    auto busy = [this](const httplib::Request&, httplib::Response& res) {
+      ++generations_;
+      res.status = 503;
+      res.set_header("Retry-After", "7");
+      res.set_content(R"({"error":{"message":"all lanes are busy","type":"server_error","code":"queue_full"}})",
+                      "application/json");
+    };
+    server_.Post("/completion", busy);
+    server_.Post("/v1/chat/completions", busy);
+    // Answers only after the router's read timeout (1 s in the test that asks).
+    server_.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      res.set_content("{}", "application/json");
+    });
+    Listen();
+  }
+  ~BusyWithOddEvents() override { Stop(); }
+  int generations() const { return generations_; }
+  int event_streams() const { return event_streams_; }
+
+ private:
+  std::atomic<int> generations_{0}, event_streams_{0};
+};
 
 TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
   constexpr const char* kKey = "router-key";
