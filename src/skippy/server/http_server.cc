@@ -55,13 +55,19 @@ HttpServer::~HttpServer() {
 }
 
 void HttpServer::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  stop_requested_ = true;
   if (scheduler_) scheduler_->events().Close();  // ends /cache/events streams
   if (http_) http_->stop();
 }
 
 Status HttpServer::Run() {
-  scheduler_ = std::make_unique<Scheduler>(options_, metrics_);
-  http_ = std::make_unique<httplib::Server>();
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stop_requested_) return absl::OkStatus();
+    scheduler_ = std::make_unique<Scheduler>(options_, metrics_);
+    http_ = std::make_unique<httplib::Server>();
+  }
   const int threads = options_.http_threads > 0
                           ? options_.http_threads
                           : static_cast<int>(options_.lane_count + options_.queue_size + 8);
@@ -80,6 +86,15 @@ Status HttpServer::Run() {
   Routes();
   if (!http_->bind_to_port(options_.host, options_.port)) {
     return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
+  }
+  {
+    // A Stop() before the bind closed no socket (there was none): honour it here. From now on
+    // Stop() closes the bound socket, and listen_after_bind() returns at once or leaves its loop.
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stop_requested_) {
+      http_->stop();
+      return absl::OkStatus();
+    }
   }
   std::fprintf(stderr, "skippy-server: listening on http://%s:%d (loading %s)\n", options_.host.c_str(),
                options_.port, options_.model_path.c_str());

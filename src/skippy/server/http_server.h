@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,6 +54,9 @@ class HttpServer {
   // Binds, loads the model in the background (health is 503 until done) and serves until Stop().
   // Returns an error if the port cannot be bound or the model cannot be loaded.
   [[nodiscard]] Status Run();
+  // Ends Run() from any thread (a signal watcher, the loader on a failed load), at any moment:
+  // before Run() starts it returns at once without binding or loading, and a Stop() between the
+  // bind and the accept loop is not lost.
   void Stop();
 
  private:
@@ -92,6 +96,9 @@ class HttpServer {
   std::string instance_id_;
   Metrics metrics_;
   std::unique_ptr<TenantUsage> tenants_;  // per API-key namespace (GET /cache/stats)
+  // Set once by Run() under stop_mu_, which Stop() holds while it reads them.
+  std::mutex stop_mu_;
+  bool stop_requested_ = false;  // guarded by stop_mu_
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;
   std::thread loader_;
