@@ -200,6 +200,39 @@ TEST_F(DiskTierTest, FileChangedOrDeletedAfterOpenIsCountedNotServed) {
   EXPECT_EQ(t->Stats().entries, 0u);
 }
 
+TEST_F(DiskTierTest, AFileOfTheSamePrefixWithOtherBatchClassesIsNotServed) {
+  // A file's name covers identity, namespace, kind and tokens, not the rows' batch classes: the
+  // same prefix recorded with other classes (evicted and written again between a lookup and its
+  // read) lands under the same name, and its rows are not what the lookup promised.
+  auto t = Open();
+  ASSERT_TRUE(t->Put(Record(Range(0, 100)), Bytes(5000, 1)));
+  t->Flush();
+  const auto hit = t->Lookup("", Range(0, 100));
+  ASSERT_TRUE(hit);
+
+  const fs::path other_dir = dir_.string() + "-other";
+  fs::remove_all(other_dir);
+  {
+    DiskTierOptions o = Options();
+    o.dir = other_dir.string();
+    auto other = DiskTier::Open(o, MakeScope().config);
+    ASSERT_TRUE(other.ok()) << other.status();
+    PrefixRecord r = Record(Range(0, 100));
+    const size_t message_ends[] = {90};
+    r.classes = BatchClasses::Of(100, message_ends, 32);  // rows 90..99: a short message of their own
+    ASSERT_FALSE(r.classes == Record(Range(0, 100)).classes);
+    ASSERT_TRUE((*other)->Put(std::move(r), Bytes(5000, 1)));
+    (*other)->Flush();
+  }
+  const std::vector<fs::path> mine = Files();
+  ASSERT_EQ(mine.size(), 1u);
+  fs::copy_file(other_dir / "entries" / mine[0].filename(), mine[0], fs::copy_options::overwrite_existing);
+  fs::remove_all(other_dir);
+
+  EXPECT_EQ(t->Read(*hit).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(t->Stats().corrupt, 1u);
+}
+
 TEST_F(DiskTierTest, TheCapEvictsLeastRecentlyUsedFirst) {
   auto t = Open(MakeScope().config, /*max_bytes=*/3 * 11000);
   for (Token i = 0; i < 3; ++i) ASSERT_TRUE(t->Put(Record(Range(i * 1000, i * 1000 + 100)), Bytes(10000, i)));

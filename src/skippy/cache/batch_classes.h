@@ -55,6 +55,8 @@ class BatchClasses {
   // cover [0, n_rows) in order with no empty run and no two neighbours of one class.
   [[nodiscard]] static StatusOr<BatchClasses> FromRuns(size_t n_rows, size_t min_long, std::vector<Run> runs);
 
+  friend bool operator==(const BatchClasses&, const BatchClasses&) = default;
+
   size_t size() const { return n_; }
   size_t min_long() const { return min_long_; }
   const std::vector<Run>& runs() const { return runs_; }  // cover [0, size()) in order

@@ -387,7 +387,16 @@ Status DiskTier::Read(const TierHit& hit, std::vector<uint8_t>& out) {
   }
   // The file must still be the entry looked up, with the bytes its header vouches for.
   if (h->identity != identity_encoding_ || h->record.tenant_namespace != hit.record.tenant_namespace ||
-      h->record.tokens != hit.record.tokens || h->record.kind != hit.record.kind) {
+      h->record.tokens != hit.record.tokens || h->record.kind != hit.record.kind ||
+      h->record.exact_only != hit.record.exact_only || !(h->record.classes == hit.record.classes)) {
+    {
+      // Evicted and its name written again (the name does not cover the classes) since the lookup.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stored_.count(hit.entry)) {
+        ++stats_.misses_gone;
+        return absl::NotFoundError("disk entry replaced since its lookup");
+      }
+    }
     return fail(absl::DataLossError("disk entry does not hold the prefix it was indexed as"), true);
   }
   if (payload_hash != h->payload_hash) return fail(absl::DataLossError("disk entry payload checksum mismatch"), true);
@@ -451,9 +460,11 @@ void DiskTier::Write(TierWriter::Pending p) {
   bool ok = fd >= 0 && WriteAll(fd, head.data(), head.size()) &&
             WriteAll(fd, reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size()) && ::fdatasync(fd) == 0;
   if (fd >= 0) ::close(fd);
-  ok = ok && ::rename(tmp.c_str(), final_path.c_str()) == 0 && SyncDir((dir / "entries").string()).ok();
-  if (!ok) {
-    ::unlink(tmp.c_str());
+  const bool renamed = ok && ::rename(tmp.c_str(), final_path.c_str()) == 0;
+  if (!renamed || !SyncDir((dir / "entries").string()).ok()) {
+    // A file renamed into entries/ but not indexed would be neither counted against the cap nor
+    // evicted: a directory whose fsync fails at every write would grow without bound.
+    ::unlink(renamed ? final_path.c_str() : tmp.c_str());
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.write_errors;
     return;

@@ -151,7 +151,8 @@ StatusOr<EntryHead> ParseEntryHead(const EntryFormat& format, std::string_view h
       if (!r.U64(b.len) || !r.U64(b.hash.low) || !r.U64(b.hash.high) || b.len == 0) {
         return absl::DataLossError("bad block list");
       }
-      total += b.len;
+      if (b.len > h.payload_len - total) return absl::DataLossError("blocks do not add up to the payload");
+      total += b.len;  // never past payload_len, so never wraps
     }
     if (total != h.payload_len) return absl::DataLossError("blocks do not add up to the payload");
   }

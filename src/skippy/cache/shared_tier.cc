@@ -360,14 +360,26 @@ Status SharedTier::Read(const TierHit& hit, std::vector<uint8_t>& out) {
   if (Hash128(std::as_bytes(std::span(manifest->str, manifest->len))) != k.manifest_hash) {
     return gone("shared entry's manifest changed");
   }
+  // Every block is there with its length before the payload is allocated: the manifest's lengths
+  // are only as good as whoever wrote them to Redis, the replies are bytes already received.
+  for (size_t i = 0; i < k.head.blocks.size(); ++i) {
+    if (!IsString((*got)[i + 1].get())) return gone("a block of the shared entry is gone");
+  }
+  for (size_t i = 0; i < k.head.blocks.size(); ++i) {
+    if ((*got)[i + 1]->len != k.head.blocks[i].len) {
+      Drop(k);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.corrupt;
+      return absl::DataLossError("a block of the shared entry is not the length its manifest says");
+    }
+  }
   out.resize(k.head.payload_len);
   size_t at = 0;
   for (size_t i = 0; i < k.head.blocks.size(); ++i) {
     const PayloadBlock& b = k.head.blocks[i];
     const redisReply* r = (*got)[i + 1].get();
-    if (!IsString(r)) return gone("a block of the shared entry is gone");
     const auto bytes = std::as_bytes(std::span(r->str, r->len));
-    if (r->len != b.len || Hash128(bytes) != b.hash) {
+    if (Hash128(bytes) != b.hash) {
       Drop(k);
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.corrupt;
