@@ -309,5 +309,19 @@ TEST(RadixIndex, GhostMemoryIsBoundedOldestForgottenFirst) {
   EXPECT_TRUE(idx.CheckInvariants().ok());
 }
 
+TEST(RadixIndex, TheGhostOfAnExactOnlyEntryMatchesItsWholeLengthOnly) {
+  RadixIndex idx;
+  auto s = testing::MakeScope();
+  EntryDesc window = Rk();
+  window.exact_only = true;  // a sliding-window entry: it never served a shorter prefix
+  auto id = idx.Insert(s, testing::Range(0, 100), window);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(idx.Erase(*id, /*evicted=*/true).ok());
+  EXPECT_EQ(idx.Peek(s, testing::Range(0, 100)).miss_reason, MissReason::kEvicted);
+  // Its first 50 tokens were never served by it: the eviction is not why this misses.
+  EXPECT_EQ(idx.Peek(s, testing::Range(0, 50)).miss_reason, MissReason::kNeverSeen);
+  EXPECT_TRUE(idx.CheckInvariants().ok());
+}
+
 }  // namespace
 }  // namespace skippy::cache

@@ -14,6 +14,7 @@
 #include "fake_backend.h"
 #include "skippy/cache/payload_store.h"
 #include "skippy/lane_cache/lane_cache.h"
+#include "skippy/lane_cache/recorder.h"
 
 namespace skippy::lane_cache {
 namespace {
@@ -133,6 +134,24 @@ TEST(Dense, ExactRepeatIsAnsweredFromItsDecodedResult) {
   ASSERT_NE(again.start.decoded, nullptr);
   EXPECT_EQ(again.start.restored, prompt.size());
   EXPECT_TRUE(again.start.chunk_ends.empty());
+}
+
+TEST(Dense, DecodedResultsOfTwoClassingsNeverShareAScope) {
+  // A namespace ends with the client's cache salt. The decoded result of a prompt with a short
+  // message is kept apart from the same tokens in long batches only; a salt that ends like that
+  // mark must not land in the other's scope (its logits were computed in another batch class).
+  cache::PrefixScope scope;
+  scope.cache_namespace = "0.0/0:|S";
+  const size_t message_end[] = {90};
+  const cache::BatchClasses short_end = cache::BatchClasses::Of(100, message_end, 32);
+  const cache::BatchClasses long_only = cache::BatchClasses::Of(100, {}, 32);
+  ASSERT_FALSE(short_end.Fingerprint().empty());
+  ASSERT_TRUE(long_only.Fingerprint().empty());
+  cache::PrefixScope salted = scope;
+  salted.cache_namespace += "#short:" + short_end.Fingerprint();
+  EXPECT_NE(DecodedScope(scope, short_end), DecodedScope(salted, long_only));
+  EXPECT_NE(DecodedScope(scope, short_end), DecodedScope(scope, long_only));
+  EXPECT_EQ(DecodedScope(scope, short_end), DecodedScope(scope, short_end));
 }
 
 TEST(Dense, ARestoreLeavesABatchOfTheLastRunsClassToPrefill) {

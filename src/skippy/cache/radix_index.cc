@@ -359,6 +359,7 @@ struct RadixIndex::Impl {
     g->info.id = e.info.id;
     g->info.tokens = e.info.tokens;
     g->info.desc.kind = e.info.desc.kind;
+    g->info.desc.exact_only = e.info.desc.exact_only;  // it matched only its whole length, so does its ghost
     g->scope = s;
     Tree::Attach(n, g.get());
     ghost_tokens += tokens.size();

@@ -11,10 +11,10 @@ namespace skippy::lane_cache {
 using cache::PayloadKind;
 
 cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::BatchClasses& classes) {
-  const std::string fp = classes.Fingerprint();
-  if (fp.empty()) return scope;
+  // Length-prefixed, and for every classing: a namespace ends with the client's cache salt, so
+  // "ns" + "#short:" + fp would be the plain namespace of a salt that ends the same way.
   cache::PrefixScope s = scope;
-  s.cache_namespace = StrCat(scope.cache_namespace, "#short:", fp);
+  s.cache_namespace = StrCat(scope.cache_namespace.size(), ":", scope.cache_namespace, "#short:", classes.Fingerprint());
   return s;
 }
 
@@ -36,6 +36,11 @@ bool Recorder::Resident(int32_t lane, const cache::PrefixScope& scope, std::span
 
 bool Recorder::Recurrent(int32_t lane, const cache::PrefixScope& scope, std::span<const Token> prefix,
                          const cache::BatchClasses& classes) {
+  // The whole state is exported: it is the prefix's only when the lane holds exactly the prefix.
+  if (backend_.SequenceLength(lane) != static_cast<int32_t>(prefix.size())) {
+    Count(false);
+    return false;
+  }
   auto bytes = backend_.ExportState(lane, PayloadKind::kKvRecurrent);
   if (!bytes.ok()) {
     Warn("export", bytes.status());
@@ -123,6 +128,7 @@ std::optional<cache::EntryId> Recorder::Store(const cache::PrefixScope& scope, s
   auto id = cache_.Commit(res->id, put->id);
   if (!id.ok()) {
     Warn("commit", id.status());
+    (void)cache_.Abort(res->id);  // the reservation's bytes are not counted for good
     (void)tier_.Erase(put->id);
     return std::nullopt;
   }

@@ -39,7 +39,8 @@ struct PendingRecord {
   std::vector<uint8_t> recurrent;  // the recurrent state there (a kRecurrentOnly export)
 };
 
-// Decoded results are kept per classing: the last row's logits differ with its batch class.
+// Decoded results are kept per classing: the last row's logits differ with its batch class. Two
+// (scope, classes) pairs that differ give two different scopes.
 cache::PrefixScope DecodedScope(const cache::PrefixScope& scope, const cache::BatchClasses& classes);
 
 class Recorder {
