@@ -180,8 +180,13 @@ json Completion::Last(const Job::View& v) const {
   json last = Chunk("", {}, v.finish_reason, {});
   last["timings"] = TimingsJson(v.timings);
   last["skippy"] = SkippyJson(v.timings);
-  if (include_usage_) last["usage"] = UsageJson(prompt_tokens_, v);
   return last;
+}
+
+json Completion::UsageChunk(const Job::View& v) const {
+  // OpenAI's stream_options.include_usage: one more chunk with empty choices, as llama-server sends.
+  return {{"id", id_}, {"object", endpoint_ == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
+          {"created", created_}, {"model", model_}, {"choices", json::array()}, {"usage", UsageJson(prompt_tokens_, v)}};
 }
 
 bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const {
@@ -237,6 +242,7 @@ bool Completion::Stream(Job& job, StreamState& state, httplib::DataSink& sink) c
     }
     if (v.done) {
       bool ok = Event(sink, Last(v));
+      if (ok && include_usage_ && endpoint_ != Endpoint::kLlamaCompletion) ok = Event(sink, UsageChunk(v));
       if (ok && endpoint_ != Endpoint::kLlamaCompletion) {
         static const char kDone[] = "data: [DONE]\n\n";
         ok = sink.write(kDone, sizeof kDone - 1);

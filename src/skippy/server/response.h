@@ -42,7 +42,10 @@ class Completion {
  private:
   nlohmann::json Chunk(const std::string& text, const std::vector<runtime::Token>& tokens,
                        const std::optional<std::string>& finish, const std::vector<TokenLogprobs>& probs) const;
+  // The chunk that ends a stream: its finish reason, timings and the skippy block.
   nlohmann::json Last(const Job::View& v) const;
+  // After it with stream_options.include_usage: empty choices and the usage (OpenAI's shape).
+  nlohmann::json UsageChunk(const Job::View& v) const;
   // Sends what is new in `v`; false when the client went away.
   bool SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const;
 
