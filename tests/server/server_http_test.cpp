@@ -218,14 +218,19 @@ TEST_F(ServerHttp, StreamingMatchesNonStreaming) {
   EXPECT_EQ(data.back(), "[DONE]");
   std::string text;
   json last;
-  for (size_t i = 0; i + 1 < data.size(); ++i) {
+  // The last event before [DONE] is the usage chunk: empty choices, as OpenAI and llama-server send.
+  ASSERT_GE(data.size(), 4u);
+  const json usage = json::parse(data[data.size() - 2]);
+  EXPECT_TRUE(usage["choices"].is_array() && usage["choices"].empty()) << usage.dump();
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
     json j = json::parse(data[i]);
     text += j["choices"][0]["text"].get<std::string>();
+    EXPECT_FALSE(j.contains("usage")) << j.dump();
     last = j;
   }
   EXPECT_EQ(text, plain["choices"][0]["text"].get<std::string>());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(last["usage"]["completion_tokens"], 12);
 
   // Chat streaming: role first, content deltas, a finish chunk, [DONE].
   json chat = {{"messages", {{{"role", "user"}, {"content", "stream please"}}}}, {"max_tokens", 5}, {"stream", true}};
@@ -347,6 +352,48 @@ TEST_F(ServerHttp, AuthAndTenantNamespaces) {
   ASSERT_EQ(PostJson(*a, "/cache/clear", {{"cache_salt", "other-salt"}}).first, 200);
   EXPECT_EQ(PostJson(*a, "/completion", salted).second["tokens_cached"], 0);
   EXPECT_GT(PostJson(*a, "/completion", req).second["tokens_cached"].get<int>(), 0);
+}
+
+// What the openai clients and agent frameworks send without asking for anything Skippy does not
+// do: nulls, an assistant message sent back as it came (refusal, tool_calls, annotations), empty
+// tools, a tool choice of auto, plain text format, top_p 0. Asking for a tool or JSON mode is a 400.
+TEST_F(ServerHttp, WhatOpenAiClientsSendAskingForNothingMoreIsAccepted) {
+  auto c = Client();
+  const json turn = {{"role", "user"}, {"content", "hello"}};
+  const json back = {{"role", "assistant"}, {"content", "hi"},          {"refusal", nullptr},
+                     {"tool_calls", nullptr}, {"function_call", nullptr}, {"audio", nullptr},
+                     {"annotations", json::array()}};
+  json req = {{"messages", {turn, back, {{"role", "user"}, {"content", "again"}}}},
+              {"max_tokens", 2},
+              {"tools", json::array()},
+              {"tool_choice", "auto"},
+              {"parallel_tool_calls", true},
+              {"response_format", {{"type", "text"}}},
+              {"logit_bias", json::object()},
+              {"functions", nullptr},
+              {"top_p", 0}};
+  auto [s, r] = PostJson(*c, "/v1/chat/completions", req);
+  EXPECT_EQ(s, 200) << r.dump();
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
+           {"tool_choice", "required"},
+           {"response_format", {{"type", "json_object"}}},
+           {"logit_bias", {{"5", 10}}}}) {
+    json bad = req;
+    bad[key] = value;
+    auto [sb, rb] = PostJson(*c, "/v1/chat/completions", bad);
+    EXPECT_EQ(sb, 400) << key << ": " << rb.dump();
+    EXPECT_EQ(rb["error"].value("code", ""), "unsupported_field") << key << ": " << rb.dump();
+  }
+  // Text parts are joined as llama-server joins them.
+  auto [sp, parts] = PostJson(*c, "/apply-template",
+                              {{"messages", {{{"role", "user"},
+                                              {"content", {{{"type", "text"}, {"text", "one"}},
+                                                           {{"type", "text"}, {"text", "two"}}}}}}}});
+  auto [sj, joined] = PostJson(*c, "/apply-template", {{"messages", {{{"role", "user"}, {"content", "one\ntwo"}}}}});
+  ASSERT_EQ(sp, 200) << parts.dump();
+  ASSERT_EQ(sj, 200) << joined.dump();
+  EXPECT_EQ(parts["prompt"], joined["prompt"]);
 }
 
 TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {

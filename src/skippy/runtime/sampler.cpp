@@ -10,7 +10,7 @@ namespace skippy::runtime {
 
 Status Sampler::Validate(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must lie in (0, 1]");
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must lie in [0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must lie in [0, 1]");
   return absl::OkStatus();
 }

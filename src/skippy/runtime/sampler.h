@@ -33,7 +33,7 @@ struct SamplingParams {
 
 class Sampler {
  public:
-  // InvalidArgument for a negative temperature, top_p outside (0, 1] or min_p outside [0, 1].
+  // InvalidArgument for a negative temperature, top_p outside [0, 1] or min_p outside [0, 1].
   [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params);
   // Create's checks alone (a server runs them before it answers 200).
   [[nodiscard]] static Status Validate(const SamplingParams& params);

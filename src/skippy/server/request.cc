@@ -127,13 +127,19 @@ Status ParseMessages(const json& m, GenerationRequest& r, const RequestLimits& l
             !part["text"].is_string()) {
           return absl::InvalidArgumentError(StrCat("messages[", i, "].content: only text parts are supported"));
         }
+        // Joined as llama.cpp's chat code joins a message's text parts for a template that takes a
+        // string: a newline before each part after a non-empty text.
+        if (!cm.content.empty()) cm.content += '\n';
         cm.content += part["text"].get<std::string>();
       }
     } else {
       return TypeError(StrCat("messages[", i, "].content"), "a string or an array of text parts");
     }
     for (auto it = msg.begin(); it != msg.end(); ++it) {
-      if (it.key() != "role" && it.key() != "content" && it.key() != "name") {
+      // An assistant message a client sends back as it got it carries these, null or empty.
+      const bool empty = it->is_null() || ((it.key() == "tool_calls" || it.key() == "annotations") &&
+                                           it->is_array() && it->empty());
+      if (it.key() != "role" && it.key() != "content" && it.key() != "name" && !empty) {
         return absl::InvalidArgumentError(StrCat("messages[", i, "]: unsupported field '", it.key(), "'"));
       }
     }
@@ -147,16 +153,18 @@ Status CheckFields(Endpoint endpoint, const json& body) {
   static const std::set<std::string, std::less<>> kCommon = {
       "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
       "cache_salt", "user", "n", "ignore_eos", "presence_penalty", "frequency_penalty", "logprobs", "cache_prompt",
-      "return_tokens"};
+      "return_tokens", "logit_bias"};
   static const std::set<std::string, std::less<>> kCompletion = {"prompt", "echo", "suffix", "best_of"};
-  static const std::set<std::string, std::less<>> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const std::set<std::string, std::less<>> kChat = {"messages",        "max_completion_tokens", "top_logprobs",
+                                                            "tools",           "tool_choice",           "parallel_tool_calls",
+                                                            "response_format"};
   static const std::set<std::string, std::less<>> kLlama = {"prompt", "n_predict", "id_slot", "t_max_predict_ms",
                                                              "n_probs"};
   const auto& extra = endpoint == Endpoint::kChatCompletions ? kChat
                       : endpoint == Endpoint::kCompletions   ? kCompletion
                                                              : kLlama;
   for (auto it = body.begin(); it != body.end(); ++it) {
-    if (!kCommon.contains(it.key()) && !extra.contains(it.key())) {
+    if (!it->is_null() && !kCommon.contains(it.key()) && !extra.contains(it.key())) {  // null: absent
       return InvalidRequest("unknown_field", StrCat("unknown field '", it.key(), "'"));
     }
   }
@@ -203,7 +211,8 @@ Status ParseSampling(Endpoint endpoint, const json& body, GenerationRequest& r) 
   }
   SKIPPY_ASSIGN_OR_RETURN(auto top_p, GetNumber(body, "top_p"));
   if (top_p) {
-    if (*top_p <= 0 || *top_p > 1) return absl::InvalidArgumentError("field 'top_p' must lie in (0, 1]");
+    // 0 keeps the most likely token only, as in llama.cpp's sampler and OpenAI's range.
+    if (*top_p < 0 || *top_p > 1) return absl::InvalidArgumentError("field 'top_p' must lie in [0, 1]");
     r.sampling.top_p = static_cast<float>(*top_p);
   }
   SKIPPY_ASSIGN_OR_RETURN(auto min_p, GetNumber(body, "min_p"));
@@ -318,6 +327,24 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
   } else if (const json* lp = Get(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
                                                      !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
     return InvalidRequest("unsupported_field", "unsupported: 'logprobs'");
+  }
+  if (const json* lb = Get(body, "logit_bias"); lb && !((lb->is_object() || lb->is_array()) && lb->empty())) {
+    return InvalidRequest("unsupported_field", "unsupported: 'logit_bias' must be empty");
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    // Function calling and structured output are not implemented: accepted only when they ask for
+    // nothing (no tools; a tool choice of none or auto among no tools; plain text).
+    if (const json* t = Get(body, "tools"); t && !(t->is_array() && t->empty())) {
+      return InvalidRequest("unsupported_field", "unsupported: 'tools' (function calling) must be empty");
+    }
+    if (const json* tc = Get(body, "tool_choice"); tc && !(tc->is_string() && (*tc == "none" || *tc == "auto"))) {
+      return InvalidRequest("unsupported_field", "unsupported: 'tool_choice' must be \"none\" or \"auto\"");
+    }
+    SKIPPY_ASSIGN_OR_RETURN(auto parallel, GetBool(body, "parallel_tool_calls"));
+    (void)parallel;  // no tools, no calls
+    if (const json* rf = Get(body, "response_format"); rf && !(rf->is_object() && rf->size() == 1 && rf->value("type", json()) == "text")) {
+      return InvalidRequest("unsupported_field", "unsupported: 'response_format' must be {\"type\": \"text\"}");
+    }
   }
   SKIPPY_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
   if (echo.value_or(false)) return InvalidRequest("unsupported_field", "unsupported: 'echo'");

@@ -5,8 +5,10 @@
 //   - Unknown fields are rejected (400, code "unknown_field"): a typo such as "max_token" must not
 //     silently run with defaults. Fields OpenAI clients commonly send that skippy does not
 //     implement are accepted only with their neutral value (n = 1, presence/frequency penalty 0,
-//     logprobs false/null, echo false, suffix null/""); other values are 400 "unsupported_field".
-//   - A JSON null counts as absent.
+//     logprobs false/null, echo false, suffix null/"", logit_bias empty, tools empty, tool_choice
+//     "none"/"auto", response_format {"type": "text"}; in a message, tool_calls and annotations
+//     empty); other values are 400 "unsupported_field".
+//   - A JSON null counts as absent, at the top level and in a message.
 //   - Types are strict: "max_tokens": "8" is 400.
 //   - max_tokens / n_predict: 0 evaluates the prompt only, n_predict -1 (or absent) means the
 //     server default; any other negative value is 400. The bound against the context is checked
