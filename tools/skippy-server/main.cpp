@@ -177,7 +177,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body (413 above)")->capture_default_str();
   app.add_option("--max-prompt-tokens", o.max_prompt_tokens, "largest prompt (0: the context)")->capture_default_str();
   app.add_option("--max-tokens-limit", o.max_tokens_limit, "largest max_tokens (0: the context)")->capture_default_str();
-  app.add_option("-n,--n-predict", o.default_max_tokens, "max_tokens when a request gives none")->capture_default_str();
+  app.add_option("-n,--n-predict", o.default_max_tokens,
+                 "max_tokens when a request gives none (-1: until the end of the sequence or the context)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 30));
   app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: lanes + queue + 8)")->capture_default_str();
   app.add_option("--max-connections", o.max_connections,
                  "connections served at once (workers grow past --http-threads up to this; a quarter more wait; "

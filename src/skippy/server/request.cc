@@ -471,8 +471,14 @@ StatusOr<int64_t> CheckBudget(const Budget& b, size_t prompt_tokens, int64_t max
     return InvalidRequest("context_length_exceeded", StrCat("the prompt has ", n, " tokens; the limit is ", max_prompt,
                                                             " (context ", ctx, " per request)"));
   }
-  if (max_tokens < 0) return std::max<int64_t>(0, std::min(b.default_max_tokens, ctx - n));
   const int64_t limit = b.max_tokens_limit > 0 ? std::min(b.max_tokens_limit, ctx) : ctx;
+  if (max_tokens < 0) {
+    // No length asked: until the end of the sequence or of the context (llama-server's -n -1),
+    // within --max-tokens-limit and -n.
+    int64_t most = std::min(limit, ctx - n);
+    if (b.default_max_tokens >= 0) most = std::min(most, b.default_max_tokens);
+    return std::max<int64_t>(0, most);
+  }
   if (max_tokens > limit) {
     return InvalidRequest("invalid_max_tokens", StrCat("max_tokens ", max_tokens, " exceeds the limit of ", limit));
   }

@@ -105,7 +105,7 @@ struct Budget {
   int64_t context = 2048;            // prompt + generated tokens per request
   int64_t max_prompt_tokens = 0;     // 0: the context
   int64_t max_tokens_limit = 0;      // 0: the context
-  int64_t default_max_tokens = 256;  // when the request gives none (cut to what the context leaves)
+  int64_t default_max_tokens = -1;   // when the request gives none; -1: what the context leaves
   // The most prompt tokens a request may have.
   int64_t prompt_limit() const { return max_prompt_tokens > 0 ? std::min(max_prompt_tokens, context) : context; }
 };

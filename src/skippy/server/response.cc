@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <random>
 #include <string_view>
 
 #include "httplib.h"
@@ -111,8 +112,14 @@ Completion::Completion(Endpoint endpoint, const GenerationRequest& request, std:
       n_probs_(request.n_probs),
       chat_logprobs_(request.chat_logprobs),
       top_logprobs_(request.top_logprobs) {
+  // Unique across restarts and replicas (clients and logs key answers by id): a random prefix per
+  // process, then a counter.
+  static const std::string process = [] {
+    std::random_device rd;
+    return fmt::format("{:08x}{:08x}", rd(), rd());
+  }();
   static std::atomic<uint64_t> next_id{1};
-  id_ = StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", next_id++);
+  id_ = StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", process, "-", next_id++);
   for (const auto& st : request.stop) hold_ = std::max(hold_, st.size() - 1);
 }
 

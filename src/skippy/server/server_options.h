@@ -122,7 +122,7 @@ struct ServerOptions {
   size_t max_body_bytes = 4u << 20; // larger bodies get 413
   uint32_t max_prompt_tokens = 0;   // 0: ctx_per_lane
   uint32_t max_tokens_limit = 0;    // 0: ctx_per_lane
-  uint32_t default_max_tokens = 256;
+  int32_t default_max_tokens = -1;  // -1: what the context leaves (llama-server's default)
   int http_threads = 0;             // 0: lanes + queue + 8; always running
   // Connections served at once: the worker pool grows past http_threads up to this (a slow or
   // idle client holds a worker, so a few of them cannot starve /health), and a quarter of it may
