@@ -25,8 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!skippy::runtime::Sampler::Validate(r->sampling).ok()) std::abort();
     if (r->messages.size() > limits.max_messages) std::abort();
     const size_t n = r->prompt_tokens ? r->prompt_tokens->size() : 1;
-    auto budget = skippy::server::CheckBudget({512, 0, 0, 256}, n, r->max_tokens);
-    if (budget.ok() && (*budget < 0 || static_cast<int64_t>(n) + *budget > 512)) std::abort();
+    for (int64_t default_max : {int64_t{-1}, int64_t{256}}) {  // -n -1 (the default) and -n 256
+      auto budget = skippy::server::CheckBudget({512, 0, 0, default_max}, n, r->max_tokens);
+      if (budget.ok() && (*budget < 0 || static_cast<int64_t>(n) + *budget > 512)) std::abort();
+    }
   }
   return 0;
 }

@@ -98,6 +98,21 @@ TEST_P(LlamaServerOnZoo, ServesHealthAndCompletion) {
   EXPECT_EQ(rendered->template_name, "jinja");
   EXPECT_EQ(rendered->text, nlohmann::json::parse(tmpl->body).value("prompt", std::string()));
   EXPECT_FALSE(rendered->message_ends.empty()) << rendered->text;
+
+  // A message whose content came as OpenAI text parts: llama-server passes the parts to a template
+  // that reads typed content and joins them with newlines for one that takes a string.
+  skippy::runtime::ChatMessage parts{"user", "Name a\n\nriver.", {"Name a", "", "river."}};
+  const std::vector<skippy::runtime::ChatMessage> chat_parts = {chat[0], parts};
+  nlohmann::json parts_json = nlohmann::json::array();
+  for (const std::string& t : parts.text_parts) parts_json.push_back({{"type", "text"}, {"text", t}});
+  const nlohmann::json messages_parts = {{{"role", "system"}, {"content", chat[0].content}},
+                                         {{"role", "user"}, {"content", parts_json}}};
+  auto tmpl_parts = client.Post("/apply-template", nlohmann::json{{"messages", messages_parts}}.dump(), "application/json");
+  ASSERT_TRUE(tmpl_parts) << "no response; log tail:\n" << skippy::TailOfFile(log);
+  ASSERT_EQ(tmpl_parts->status, 200) << tmpl_parts->body;
+  auto rendered_parts = skippy::runtime::RenderChat(**loaded, chat_parts, true);
+  ASSERT_TRUE(rendered_parts.ok()) << rendered_parts.status();
+  EXPECT_EQ(rendered_parts->text, nlohmann::json::parse(tmpl_parts->body).value("prompt", std::string()));
   server->Stop();
   std::filesystem::remove(log);
 }

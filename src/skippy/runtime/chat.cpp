@@ -21,7 +21,11 @@ std::optional<std::string> RenderJinja(const common_chat_templates* t, const std
   for (size_t i = 0; i < count; ++i) {
     common_chat_msg m;
     m.role = messages[i].role;
-    m.content = messages[i].content;
+    if (messages[i].text_parts.empty()) {
+      m.content = messages[i].content;
+    } else {
+      for (const std::string& text : messages[i].text_parts) m.content_parts.push_back({"text", text});
+    }
     in.messages.push_back(std::move(m));
   }
   in.use_jinja = true;

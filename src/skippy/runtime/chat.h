@@ -29,7 +29,10 @@ namespace skippy::runtime {
 
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", ...
-  std::string content;
+  std::string content;  // with text_parts: the parts joined with newlines, as llama.cpp joins them
+  // The content as OpenAI text parts, when it came so: the Jinja template gets them as parts, as
+  // llama-server passes them (a template that reads typed content joins them its own way).
+  std::vector<std::string> text_parts;
 };
 
 struct RenderedChat {

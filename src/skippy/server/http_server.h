@@ -54,9 +54,9 @@ class HttpServer {
   // Binds, loads the model in the background (health is 503 until done) and serves until Stop().
   // Returns an error if the port cannot be bound or the model cannot be loaded.
   [[nodiscard]] Status Run();
-  // Ends Run() from any thread (a signal watcher, the loader on a failed load), at any moment:
-  // before Run() starts it returns at once without binding or loading, and a Stop() between the
-  // bind and the accept loop is not lost.
+  // Ends Run() from any thread (a signal watcher, the loader on a failed load): before Run()
+  // starts, Run() returns at once without binding or loading; a Stop() between the bind and the
+  // accept loop is not lost; during the model load, Run() returns once the load has finished.
   void Stop();
 
  private:

@@ -128,9 +128,10 @@ Status ParseMessages(const json& m, GenerationRequest& r, const RequestLimits& l
           return absl::InvalidArgumentError(StrCat("messages[", i, "].content: only text parts are supported"));
         }
         // Joined as llama.cpp's chat code joins a message's text parts for a template that takes a
-        // string: a newline before each part after a non-empty text.
+        // string (a newline before each part after a non-empty text); a Jinja template gets the parts.
         if (!cm.content.empty()) cm.content += '\n';
         cm.content += part["text"].get<std::string>();
+        cm.text_parts.push_back(part["text"].get<std::string>());
       }
     } else {
       return TypeError(StrCat("messages[", i, "].content"), "a string or an array of text parts");
@@ -391,7 +392,9 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
 StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const json& body, const RequestLimits& limits) {
   if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   for (auto it = body.begin(); it != body.end(); ++it) {
-    if (it.key() != "messages") return InvalidRequest("unknown_field", StrCat("unknown field '", it.key(), "'"));
+    if (it.key() != "messages" && !it->is_null()) {  // null: absent
+      return InvalidRequest("unknown_field", StrCat("unknown field '", it.key(), "'"));
+    }
   }
   const json* m = Get(body, "messages");
   if (!m) return absl::InvalidArgumentError("field 'messages' is required");
