@@ -201,6 +201,24 @@ TEST_F(SharedTierTest, ACorruptOrMissingBlockIsAMissThatRemovesTheEntry) {
   EXPECT_EQ(b->Stats().hits, 0u);
 }
 
+TEST_F(SharedTierTest, ABlockOfAnotherLengthIsCorruptBeforeAnythingIsCopied) {
+  auto a = Open();
+  ASSERT_TRUE(a->Put(Record(Range(0, 100)), Bytes(5000, 8)));
+  a->Flush();
+  auto b = Open();
+  auto hit = b->Lookup("", Range(0, 100));
+  ASSERT_TRUE(hit.has_value());
+  const std::vector<std::string> blocks = BlockKeys();
+  ASSERT_EQ(blocks.size(), 2u);
+  auto v = redis_->Command({"GET", blocks[0]});
+  ASSERT_TRUE(v.has_value());
+  ASSERT_EQ(redis_->Command({"SET", blocks[0], v->substr(0, v->size() / 2)}), "OK");
+  auto got = b->Read(*hit);
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  EXPECT_EQ(b->Stats().corrupt, 1u);
+  EXPECT_FALSE(b->Lookup("", Range(0, 100)).has_value());
+}
+
 TEST_F(SharedTierTest, ADamagedOrForeignManifestIsNeverServed) {
   auto a = Open();
   ASSERT_TRUE(a->Put(Record(Range(0, 100)), Bytes(5000, 7)));
