@@ -13,9 +13,9 @@ namespace {
 
 // llama-server's rendering of a chat request (no tools; thinking on when the template supports
 // it, as llama-server's default); nullopt when the template throws (some refuse a prefix of a
-// conversation).
+// conversation), with what it said in *error.
 std::optional<std::string> RenderJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
-                                       size_t count, bool add_assistant) {
+                                       size_t count, bool add_assistant, std::string* error = nullptr) {
   if (t == nullptr) return std::nullopt;
   common_chat_templates_inputs in;
   for (size_t i = 0; i < count; ++i) {
@@ -34,7 +34,8 @@ std::optional<std::string> RenderJinja(const common_chat_templates* t, const std
   try {
     in.enable_thinking = common_chat_templates_support_enable_thinking(t);
     return common_chat_templates_apply(t, in).prompt;
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    if (error != nullptr) *error = e.what();
     return std::nullopt;
   }
 }
@@ -94,9 +95,15 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
   const common_chat_templates* jinja = model.ChatTemplates();
   enum class How { kJinja, kBuiltIn, kChatMl } how = How::kChatMl;
   RenderedChat out;
-  std::optional<std::string> whole = RenderJinja(jinja, messages, messages.size(), add_assistant_prompt);
+  std::string refused;
+  std::optional<std::string> whole = RenderJinja(jinja, messages, messages.size(), add_assistant_prompt, &refused);
   if (whole) {
     how = How::kJinja;
+  } else if (jinja != nullptr) {
+    // The model's own template refuses these messages (roles that do not alternate, a role it does
+    // not know): llama-server answers an error, and another template would render a prompt the
+    // model was not trained on.
+    return absl::InvalidArgumentError(StrCat("the model's chat template refused the messages: ", refused));
   } else if (tmpl != nullptr && (whole = RenderWith(tmpl, messages, messages.size(), add_assistant_prompt))) {
     how = How::kBuiltIn;
   }

@@ -3,7 +3,9 @@
 // RenderChat renders like llama-server: the GGUF's template (tokenizer.chat_template) run by
 // llama.cpp's Jinja engine (common_chat_templates, compiled from the pinned tree; without a
 // template, llama.cpp's default), with the assistant header and llama-server's default thinking
-// setting. If the template does not compile or throws, llama_chat_apply_template's
+// setting. A template that throws on the messages (raise_exception: roles that do not alternate,
+// ...) is an InvalidArgument with its message, as llama-server answers an error. If the template
+// does not compile, llama_chat_apply_template's
 // built-in list of well-known templates (ChatML, Llama 3, Gemma, ...) is tried, and then ChatML:
 //     <|im_start|>{role}\n{content}<|im_end|>\n   per message, then "<|im_start|>assistant\n"
 // (template_name says which: "jinja", "gguf" or "chatml-fallback"). tests/zoo checks the text
@@ -32,7 +34,7 @@ struct ChatMessage {
   std::string content;  // with text_parts: the parts joined with newlines, as llama.cpp joins them
   // The content as OpenAI text parts, when it came so: the Jinja template gets them as parts, as
   // llama-server passes them (a template that reads typed content joins them its own way).
-  std::vector<std::string> text_parts;
+  std::vector<std::string> text_parts{};
 };
 
 struct RenderedChat {
@@ -41,7 +43,8 @@ struct RenderedChat {
   std::vector<size_t> message_ends;  // byte offsets into text, ascending; empty if unknown
 };
 
-// InvalidArgument for no messages or a message with an empty role.
+// InvalidArgument for no messages, a message with an empty role, or messages the model's template
+// refuses.
 [[nodiscard]] StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
                                                 bool add_assistant_prompt = true, size_t ends = 2);
 
