@@ -320,7 +320,6 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
       return absl::InvalidArgumentError("'top_logprobs' needs 'logprobs': true");
     }
     if (lp.value_or(false)) {
-      if (r.stream) return InvalidRequest("unsupported_field", "unsupported: 'logprobs' with 'stream'");
       r.chat_logprobs = true;
       r.top_logprobs = static_cast<int32_t>(top.value_or(0));
       r.n_probs = std::max<int32_t>(1, r.top_logprobs);

@@ -169,6 +169,8 @@ json Completion::Chunk(const std::string& text, const std::vector<runtime::Token
     choice["text"] = text;
   } else {
     choice["delta"] = finish ? json::object() : json{{"content", text}};
+    // A streamed chat's log-probabilities: each chunk carries its own tokens' entries.
+    if (chat_logprobs_ && !probs.empty()) choice["logprobs"] = ChatLogprobsJson(probs, top_logprobs_);
   }
   json j = {{"id", id_}, {"object", endpoint_ == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
             {"created", created_}, {"model", model_}, {"choices", json::array({choice})}};
