@@ -128,8 +128,10 @@ std::vector<BadRequest> FieldMutations() {
       {"ignore_eos", not_bool},
       {"return_tokens", not_bool},
       {"n", {2, 0, "1", -1}},
-      {"presence_penalty", {0.5, "0", -1}},
-      {"frequency_penalty", {0.5, "0", 2}},
+      {"presence_penalty", plus(not_number, {2.5, -3, 1e300})},
+      {"frequency_penalty", plus(not_number, {-2.5, 3})},
+      {"repeat_penalty", plus(not_number, {0, -1, 11, 1e-39})},
+      {"repeat_last_n", plus(not_int, {-1, 1 << 21})},
       {"cache_prompt", not_bool},
       {"user", not_string},
   };

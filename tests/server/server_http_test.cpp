@@ -214,6 +214,17 @@ TEST_F(ServerHttp, OpenAiCompletionAndChat) {
   auto [s5, r5] = PostJson(*c, "/v1/chat/completions", neutral);
   EXPECT_EQ(s5, 200) << r5.dump();
   EXPECT_TRUE(r5["choices"][0]["logprobs"].is_null());
+  // Repetition penalties, OpenAI's and llama-server's, greedy and sampled (runtime's Sampler tests
+  // check what they do to the logits).
+  for (const double temperature : {0.0, 0.8}) {
+    json penalized = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 6},
+                      {"ignore_eos", true}, {"temperature", temperature}, {"seed", 3},
+                      {"presence_penalty", 0.5}, {"frequency_penalty", 0.5}, {"repeat_penalty", 1.1},
+                      {"repeat_last_n", 128}};
+    auto [s6, r6] = PostJson(*c, "/v1/chat/completions", penalized);
+    EXPECT_EQ(s6, 200) << r6.dump();
+    EXPECT_EQ(r6["usage"]["completion_tokens"], 6) << r6.dump();
+  }
 }
 
 TEST_F(ServerHttp, StreamingMatchesNonStreaming) {

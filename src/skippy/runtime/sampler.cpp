@@ -12,16 +12,41 @@ Status Sampler::Validate(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
   if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must lie in [0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must lie in [0, 1]");
+  // The window is a ring buffer llama.cpp allocates; a repeat penalty near 0 divides logits to inf.
+  if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
+    return absl::InvalidArgumentError("the penalty window must lie in [0, 1048576] tokens");
+  }
+  if (!(p.repeat_penalty >= 0.001f && p.repeat_penalty <= 10.0f)) {
+    return absl::InvalidArgumentError("repeat_penalty must lie in [0.001, 10]");
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError("frequency_penalty must lie in [-2, 2]");
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError("presence_penalty must lie in [-2, 2]");
+  }
   return absl::OkStatus();
 }
 
-StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p) {
+StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p, int32_t n_vocab,
+                                                   std::span<const Token> history) {
   SKIPPY_RETURN_IF_ERROR(Validate(p));
+  if (p.penalized() && n_vocab <= 0) return absl::InvalidArgumentError("penalties need the vocabulary size");
   std::unique_ptr<Sampler> s(new Sampler());
-  if (p.temperature <= 0.0f) return s;
+  if (p.temperature <= 0.0f && !p.penalized()) return s;
   llama_sampler_chain_params cp = llama_sampler_chain_default_params();
   cp.no_perf = true;
   s->chain_ = llama_sampler_chain_init(cp);
+  if (p.penalized()) {
+    llama_sampler_chain_add(s->chain_, llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
+                                                                    p.frequency_penalty, p.presence_penalty));
+    for (const Token t : history) llama_sampler_accept(s->chain_, t);
+  }
+  if (p.temperature <= 0.0f) {
+    // Greedy after the penalties: the first maximum in id order, as the greedy path above.
+    llama_sampler_chain_add(s->chain_, llama_sampler_init_greedy());
+    return s;
+  }
   if (p.top_k > 0) llama_sampler_chain_add(s->chain_, llama_sampler_init_top_k(p.top_k));
   if (p.top_p < 1.0f) llama_sampler_chain_add(s->chain_, llama_sampler_init_top_p(p.top_p, 1));
   if (p.min_p > 0.0f) llama_sampler_chain_add(s->chain_, llama_sampler_init_min_p(p.min_p, 1));

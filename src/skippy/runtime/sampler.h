@@ -5,6 +5,9 @@
 // equal seed, the sampled sequence is equal.
 //   - temperature <= 0: greedy, the lowest token id among the maxima (deterministic, no RNG).
 //   - temperature > 0: llama.cpp's sampler chain top_k -> top_p -> min_p -> temperature -> dist(seed).
+//   - repetition penalties (llama-server's repeat, frequency and presence penalties over the last
+//     penalty_last_n tokens, the prompt's included, as llama-server counts them) come first in
+//     either case.
 // A Sampler is stateful (its RNG advances per sample); one per request.
 //
 // Thread-safety: a Sampler is used by one thread at a time; the free functions read an immutable
@@ -29,12 +32,23 @@ struct SamplingParams {
   float top_p = 1.0f;      // >= 1: off
   float min_p = 0.0f;      // <= 0: off
   uint32_t seed = 0;
+  int32_t penalty_last_n = 64;    // tokens the penalties look back over; 0: off
+  float repeat_penalty = 1.0f;    // 1: off; a logit is divided by it (multiplied when negative)
+  float frequency_penalty = 0.0f; // subtracted once per occurrence
+  float presence_penalty = 0.0f;  // subtracted once for any occurrence
+  bool penalized() const {
+    return penalty_last_n != 0 && (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
+  }
 };
 
 class Sampler {
  public:
-  // InvalidArgument for a negative temperature, top_p outside [0, 1] or min_p outside [0, 1].
-  [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params);
+  // InvalidArgument for a negative temperature, top_p outside [0, 1], min_p outside [0, 1], a
+  // penalty window outside [0, 2^20], a repeat penalty outside [0.001, 10] or a frequency or
+  // presence penalty outside [-2, 2]. `history`: the tokens before the first sampled one (the
+  // prompt), which the penalties count; n_vocab: the model's (token ids below it).
+  [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, int32_t n_vocab = 0,
+                                                                 std::span<const Token> history = {});
   // Create's checks alone (a server runs them before it answers 200).
   [[nodiscard]] static Status Validate(const SamplingParams& params);
   ~Sampler();

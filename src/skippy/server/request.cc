@@ -1,6 +1,7 @@
 #include "skippy/server/request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string_view>
 
@@ -154,7 +155,7 @@ Status CheckFields(Endpoint endpoint, const json& body) {
   static const std::set<std::string, std::less<>> kCommon = {
       "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
       "cache_salt", "user", "n", "ignore_eos", "presence_penalty", "frequency_penalty", "logprobs", "cache_prompt",
-      "return_tokens", "logit_bias"};
+      "return_tokens", "logit_bias", "repeat_penalty", "repeat_last_n"};
   static const std::set<std::string, std::less<>> kCompletion = {"prompt", "echo", "suffix", "best_of"};
   static const std::set<std::string, std::less<>> kChat = {"messages",        "max_completion_tokens", "top_logprobs",
                                                             "tools",           "tool_choice",           "parallel_tool_calls",
@@ -225,6 +226,25 @@ Status ParseSampling(Endpoint endpoint, const json& body, GenerationRequest& r) 
   if (top_k) {
     if (*top_k < 0 || *top_k > INT32_MAX) return absl::InvalidArgumentError("field 'top_k' must be >= 0");
     r.sampling.top_k = static_cast<int32_t>(*top_k);
+  }
+  // Repetition penalties: OpenAI's presence and frequency penalties, llama-server's repeat_penalty
+  // over repeat_last_n tokens (0: none; -1 is a 400, as in the pinned llama-server). Ranges:
+  // Sampler::Validate.
+  for (auto [key, value] : {std::pair{"presence_penalty", &r.sampling.presence_penalty},
+                            std::pair{"frequency_penalty", &r.sampling.frequency_penalty},
+                            std::pair{"repeat_penalty", &r.sampling.repeat_penalty}}) {
+    SKIPPY_ASSIGN_OR_RETURN(auto v, GetNumber(body, key));
+    if (v) {
+      if (std::abs(*v) > 1e6) return absl::InvalidArgumentError(StrCat("field '", key, "' is out of range"));
+      *value = static_cast<float>(*v);
+    }
+  }
+  SKIPPY_ASSIGN_OR_RETURN(auto last_n, GetInt(body, "repeat_last_n"));
+  if (last_n) {
+    if (*last_n < 0 || *last_n > (1 << 20)) {
+      return absl::InvalidArgumentError("field 'repeat_last_n' must lie in [0, 1048576]");
+    }
+    r.sampling.penalty_last_n = static_cast<int32_t>(*last_n);
   }
   SKIPPY_ASSIGN_OR_RETURN(auto seed, GetInt(body, "seed"));
   // -1 and 2^32 - 1 (llama.cpp's LLAMA_DEFAULT_SEED) both ask for a random seed, as in llama-server.
@@ -297,10 +317,6 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
   if (n && *n != 1) return InvalidRequest("unsupported_field", "unsupported: 'n' must be 1");
   SKIPPY_ASSIGN_OR_RETURN(auto best_of, GetInt(body, "best_of"));
   if (best_of && *best_of != 1) return InvalidRequest("unsupported_field", "unsupported: 'best_of' must be 1");
-  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
-    SKIPPY_ASSIGN_OR_RETURN(auto v, GetNumber(body, k));
-    if (v && *v != 0) return InvalidRequest("unsupported_field", StrCat("unsupported: '", k, "' must be 0"));
-  }
   if (endpoint == Endpoint::kChatCompletions) {
     // OpenAI chat logprobs: the chosen token's and the top_logprobs most likely tokens' (0..kMaxProbs).
     // logprobs false or 0 and top_logprobs 0 are the neutral values OpenAI clients send.

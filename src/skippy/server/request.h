@@ -4,7 +4,7 @@
 // Field policy (documented in the README):
 //   - Unknown fields are rejected (400, code "unknown_field"): a typo such as "max_token" must not
 //     silently run with defaults. Fields OpenAI clients commonly send that skippy does not
-//     implement are accepted only with their neutral value (n = 1, presence/frequency penalty 0,
+//     implement are accepted only with their neutral value (n = 1,
 //     logprobs false/null, echo false, suffix null/"", logit_bias empty, tools empty, tool_choice
 //     "none"/"auto", response_format {"type": "text"}; in a message, tool_calls and annotations
 //     empty); other values are 400 "unsupported_field".

@@ -840,7 +840,7 @@ void Scheduler::StartJob(int32_t id) {
 
   runtime::SamplingParams sp = job.request().sampling;
   if (!job.request().seed_given) sp.seed = std::random_device{}();
-  auto sampler = runtime::Sampler::Create(sp);
+  auto sampler = runtime::Sampler::Create(sp, engine_->model().n_vocab(), prompt);
   if (!sampler.ok()) {
     FinishLane(id, "", FromStatus(sampler.status()));
     return;
