@@ -40,7 +40,10 @@ StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p, int3
   if (p.penalized()) {
     llama_sampler_chain_add(s->chain_, llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
                                                                     p.frequency_penalty, p.presence_penalty));
-    for (const Token t : history) llama_sampler_accept(s->chain_, t);
+    // The window keeps only its last penalty_last_n tokens: counting those leaves the state that
+    // counting the whole prompt would.
+    const size_t keep = std::min(history.size(), static_cast<size_t>(p.penalty_last_n));
+    for (const Token t : history.last(keep)) llama_sampler_accept(s->chain_, t);
   }
   if (p.temperature <= 0.0f) {
     // Greedy after the penalties: the first maximum in id order, as the greedy path above.
