@@ -193,21 +193,27 @@ TEST_F(ServerHttp, OpenAiCompletionAndChat) {
     EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);
     EXPECT_LE(t["logprob"].get<double>(), 0.0);
   }
-  // Streamed, each chunk carries its own tokens' entries: together, the same as the whole answer's.
+  // Streamed, each chunk carries its own tokens' entries: together, the same as the whole answer's,
+  // also while a long stop string holds text back (chunks with logprobs and no content then).
+  chat["stop"] = json::array({"never appears in a random answer"});
   chat["stream"] = true;
   auto rs = c->Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(rs);
   ASSERT_EQ(rs->status, 200) << rs->body;
   json streamed = json::array();
+  int held = 0;
   for (const std::string& d : SseData(rs->body)) {
     if (d == "[DONE]") continue;
     json j = json::parse(d);  // not const: a chunk without logprobs reads as null
     if (!j["choices"].empty() && j["choices"][0]["logprobs"].is_object()) {
       for (const json& t : j["choices"][0]["logprobs"]["content"]) streamed.push_back(t);
+      held += j["choices"][0]["delta"].value("content", "").empty();
     }
   }
   EXPECT_EQ(streamed, content);
+  EXPECT_GT(held, 0) << "no chunk carried log-probabilities of text still held back";
   chat.erase("stream");
+  chat.erase("stop");
   // Neutral values are accepted.
   json neutral = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 1}, {"logprobs", false},
                   {"top_logprobs", 0}};
