@@ -220,6 +220,25 @@ TEST_F(ServerHttp, OpenAiCompletionAndChat) {
   auto [s5, r5] = PostJson(*c, "/v1/chat/completions", neutral);
   EXPECT_EQ(s5, 200) << r5.dump();
   EXPECT_TRUE(r5["choices"][0]["logprobs"].is_null());
+  // The penalties reach the sampler: with them a greedy answer changes, with an empty window it does
+  // not. (That they count the prompt's tokens is the Sampler tests' and a by-hand comparison with
+  // llama-server's: on random weights no prompt here predicts its own tokens.)
+  {
+    const std::vector<int> p = {1000, 2000, 3000, 4000, 5000, 6000};
+    auto greedy = [&](const std::vector<int>& prompt, json extra) {
+      json body = {{"prompt", prompt}, {"n_predict", 8}, {"temperature", 0}, {"ignore_eos", true},
+                   {"return_tokens", true}};
+      body.update(extra);
+      auto [st, r] = PostJson(*c, "/completion", body);
+      EXPECT_EQ(st, 200) << r.dump();
+      return r.value("tokens", std::vector<int>{});
+    };
+    std::vector<int> p2 = greedy(p, json::object());
+    p2.insert(p2.end(), p.begin(), p.end());
+    const std::vector<int> base = greedy(p2, json::object());
+    EXPECT_NE(greedy(p2, {{"presence_penalty", 2.0}, {"repeat_last_n", 256}}), base);
+    EXPECT_EQ(greedy(p2, {{"presence_penalty", 2.0}, {"repeat_last_n", 0}}), base);
+  }
   // Repetition penalties, OpenAI's and llama-server's, greedy and sampled (runtime's Sampler tests
   // check what they do to the logits).
   for (const double temperature : {0.0, 0.8}) {
