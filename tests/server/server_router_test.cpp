@@ -277,6 +277,11 @@ bool AllHealthy(int port) {
   return false;
 }
 
+// A log file for one test's router, in the temporary directory.
+std::string RouterLog(const std::string& tag) {
+  return (fs::temp_directory_path() / ("skippy-router-" + tag + "-" + std::to_string(::getpid()) + ".log")).string();
+}
+
 std::unique_ptr<skippy::Subprocess> StartRouter(const std::vector<std::string>& args, const std::string& log,
                                                 int* port) {
   *port = *skippy::FreeLoopbackPort();
@@ -349,8 +354,7 @@ TEST(RouterRetry, AStreamWhoseReplicaDiesBeforeItsFirstTokenIsAnsweredByAnother)
   ASSERT_TRUE(real);
   DiesInPrefill fake;
   ASSERT_GT(fake.port(), 0);
-  const std::string log =
-      (fs::temp_directory_path() / ("skippy-router-retry-" + std::to_string(::getpid()) + ".log")).string();
+  const std::string log = RouterLog("retry");
   int port = 0;
   auto router = StartRouter({"--policy", "round-robin", "--replica", "127.0.0.1:" + std::to_string(fake.port()),
                              "--replica", "127.0.0.1:" + std::to_string(real->port())},
@@ -436,8 +440,7 @@ TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
   ASSERT_TRUE(real);
   BusyWithOddEvents busy;
   ASSERT_GT(busy.port(), 0);
-  const std::string log =
-      (fs::temp_directory_path() / ("skippy-router-busy-" + std::to_string(::getpid()) + ".log")).string();
+  const std::string log = RouterLog("busy");
   int port = 0;
   auto router = StartRouter({"--policy", "round-robin", "--replica", "127.0.0.1:" + std::to_string(busy.port()),
                              "--replica", "127.0.0.1:" + std::to_string(real->port())},
@@ -484,8 +487,7 @@ TEST(RouterRetry, ARequestABusyReplicaRefusesGoesToAnother) {
 TEST(RouterTimeout, AnAnswerLongerThanTheReadTimeoutIsA504) {
   BusyWithOddEvents slow;
   ASSERT_GT(slow.port(), 0);
-  const std::string log =
-      (fs::temp_directory_path() / ("skippy-router-slow-" + std::to_string(::getpid()) + ".log")).string();
+  const std::string log = RouterLog("slow");
   int port = 0;
   auto router = StartRouter({"--policy", "round-robin", "--read-timeout-secs", "1", "--replica",
                              "127.0.0.1:" + std::to_string(slow.port())},
@@ -507,8 +509,7 @@ TEST(RouterTimeout, AnAnswerLongerThanTheReadTimeoutIsA504) {
 TEST(RouterEvents, EventsOfAnotherShapeLeaveTheRouterRunning) {
   BusyWithOddEvents odd;
   ASSERT_GT(odd.port(), 0);
-  const std::string log =
-      (fs::temp_directory_path() / ("skippy-router-odd-" + std::to_string(::getpid()) + ".log")).string();
+  const std::string log = RouterLog("odd");
   int port = 0;
   auto router = StartRouter({"--replica", "127.0.0.1:" + std::to_string(odd.port())}, log, &port);
   ASSERT_TRUE(router);

@@ -157,9 +157,9 @@ Status CheckFields(Endpoint endpoint, const json& body) {
       "cache_salt", "user", "n", "ignore_eos", "presence_penalty", "frequency_penalty", "logprobs", "cache_prompt",
       "return_tokens", "logit_bias", "repeat_penalty", "repeat_last_n"};
   static const std::set<std::string, std::less<>> kCompletion = {"prompt", "echo", "suffix", "best_of"};
-  static const std::set<std::string, std::less<>> kChat = {"messages",        "max_completion_tokens", "top_logprobs",
-                                                            "tools",           "tool_choice",           "parallel_tool_calls",
-                                                            "response_format"};
+  static const std::set<std::string, std::less<>> kChat = {
+      "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+      "response_format"};
   static const std::set<std::string, std::less<>> kLlama = {"prompt", "n_predict", "id_slot", "t_max_predict_ms",
                                                              "n_probs"};
   const auto& extra = endpoint == Endpoint::kChatCompletions ? kChat
@@ -358,7 +358,8 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
     }
     SKIPPY_ASSIGN_OR_RETURN(auto parallel, GetBool(body, "parallel_tool_calls"));
     (void)parallel;  // no tools, no calls
-    if (const json* rf = Get(body, "response_format"); rf && !(rf->is_object() && rf->size() == 1 && rf->value("type", json()) == "text")) {
+    const json* rf = Get(body, "response_format");
+    if (rf && !(rf->is_object() && rf->size() == 1 && rf->value("type", json()) == "text")) {
       return InvalidRequest("unsupported_field", "unsupported: 'response_format' must be {\"type\": \"text\"}");
     }
   }

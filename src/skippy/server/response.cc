@@ -172,8 +172,7 @@ json Completion::Chunk(const std::string& text, const std::vector<runtime::Token
     // A streamed chat's log-probabilities: each chunk carries its own tokens' entries.
     if (chat_logprobs_ && !probs.empty()) choice["logprobs"] = ChatLogprobsJson(probs, top_logprobs_);
   }
-  json j = {{"id", id_}, {"object", endpoint_ == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
-            {"created", created_}, {"model", model_}, {"choices", json::array({choice})}};
+  json j = StreamEvent(json::array({choice}));
   if (return_tokens_) j["tokens"] = toks;
   return j;
 }
@@ -194,8 +193,14 @@ json Completion::Last(const Job::View& v) const {
 
 json Completion::UsageChunk(const Job::View& v) const {
   // OpenAI's stream_options.include_usage: one more chunk with empty choices, as llama-server sends.
+  json j = StreamEvent(json::array());
+  j["usage"] = UsageJson(prompt_tokens_, v);
+  return j;
+}
+
+json Completion::StreamEvent(json choices) const {
   return {{"id", id_}, {"object", endpoint_ == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk"},
-          {"created", created_}, {"model", model_}, {"choices", json::array()}, {"usage", UsageJson(prompt_tokens_, v)}};
+          {"created", created_}, {"model", model_}, {"choices", std::move(choices)}};
 }
 
 bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const {
@@ -229,9 +234,8 @@ bool Completion::Stream(Job& job, StreamState& state, httplib::DataSink& sink) c
   if (!state.started) {
     state.started = true;
     if (endpoint_ == Endpoint::kChatCompletions) {
-      const json first = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_},
-                          {"choices", json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                                    {"logprobs", nullptr}, {"finish_reason", nullptr}}})}};
+      const json first = StreamEvent(json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                   {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
       if (!Event(sink, first)) {
         job.Cancel();
         return false;

@@ -46,6 +46,8 @@ class Completion {
   nlohmann::json Last(const Job::View& v) const;
   // After it with stream_options.include_usage: empty choices and the usage (OpenAI's shape).
   nlohmann::json UsageChunk(const Job::View& v) const;
+  // An OpenAI stream event (a chunk): id, object, created and model around `choices`.
+  nlohmann::json StreamEvent(nlohmann::json choices) const;
   // Sends what is new in `v`; false when the client went away.
   bool SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const;
 
