@@ -243,6 +243,58 @@ TEST(Report, FamilyOrderEscapingMissingCellsAndFailedFamilies) {
   EXPECT_NE(md.find("| Open chat | 8.00x | 1.10x | - |"), std::string::npos) << md;
 }
 
+// A package-only row that did not pass shows its reason and no numbers; the header says what a hit
+// timed when the run stored the continuation's logits.
+TEST(Report, PackageOnlyRowsThatFailedShowNoNumbersAndTheHitIsNamed) {
+  json doc = {{"synthetic_weights", true}, {"settings", {{"cache_decoded_result_hits", true}}}, {"rows", json::array()}};
+  json passed = Row("minimax", "MiniMax", 2.0);
+  passed["package_only"] = true;
+  passed["skippy"] = {{"recompute_total_ms", 30.0}, {"cache_hit_total_ms", 99.0}};
+  json failed = Row("deepseek3", "DeepSeek3", 4.0, "mismatch");
+  failed["package_only"] = true;
+  failed["skippy"] = {{"recompute_total_ms", 40.0}, {"cache_hit_total_ms", 1.0}, {"cache_hit_speedup", 40.0}};
+  doc["rows"] = {passed, failed};
+  const std::string md = bench::RenderReport({doc}, {});
+  // The hit is the median of rounds (skippy_hit_median_ms 5.0), not the first round's certification.
+  EXPECT_NE(md.find("| MiniMax | org/model\\|Q4 | resident-kv | pass | 128 | 30.00 | 5.00 | 6.00x | 10.00 | 1024 |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| DeepSeek3 | org/model\\|Q4 | resident-kv | mismatch | 128 | - | - | - | - | - |"), std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("40.00x"), std::string::npos) << md;
+  EXPECT_NE(md.find("copy of the continuation's stored logits (no decode)"), std::string::npos) << md;
+}
+
+// One report has one header: inputs measured with other settings, or synthetic beside real weights,
+// are refused.
+TEST(Report, InputsWithOtherSettingsOrWeightsAreRefused) {
+  const fs::path dir = fs::temp_directory_path() / StrCat("skippy-report-mix-", ::getpid());
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const json& doc) {
+    std::ofstream((dir / name).string()) << doc.dump();
+    return (dir / name).string();
+  };
+  const json base = {{"synthetic_weights", true}, {"settings", {{"threads", 2}, {"zoo_preset", "bench"}}},
+                     {"rows", json::array({Row("llama", "Llama", 2.0)})}};
+  json other_preset = base;
+  other_preset["settings"]["zoo_preset"] = "tiny";
+  json other_threads = base;
+  other_threads["settings"]["threads"] = 4;
+  json real = base;
+  real["synthetic_weights"] = false;
+  bench::ReportOptions o;
+  o.charts = false;
+  o.output = (dir / "out.md").string();
+  o.inputs = {write("a.json", base), write("b.json", other_preset)};
+  EXPECT_TRUE(bench::WriteReport(o).ok());
+  o.inputs = {write("a.json", base), write("c.json", other_threads)};
+  auto threads = bench::WriteReport(o);
+  EXPECT_EQ(threads.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(threads.status().message().find("threads"), std::string_view::npos) << threads.status();
+  o.inputs = {write("a.json", base), write("d.json", real)};
+  EXPECT_EQ(bench::WriteReport(o).status().code(), absl::StatusCode::kInvalidArgument);
+  fs::remove_all(dir);
+}
+
 TEST(Workloads, AreDeterministicPerSeedAndShapedAsNamed) {
   bench::WorkloadOptions o;
   o.long_prefix_words = 60;
@@ -468,7 +520,12 @@ TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {
                                       {"summary", {{"ttft_p50_ms", 100.0}, {"ttft_p95_ms", 300.0}, {"tpot_p50_ms", 40.0},
                                                    {"tpot_p95_ms", 50.0}, {"max_gap_p95_ms", 600.0}, {"throughput_rps", 0.5},
                                                    {"generated_tokens_per_s", 40.0}, {"goodput_rps", 0.25},
-                                                   {"slo_attainment", 0.5}, {"errors", 3}}}});
+                                                   {"slo_attainment", 0.5}, {"errors", 3}, {"unanswered", 1}}},
+                                      {"status", "failed"}, {"error", "1 of 12 requests got no answer"}});
+  // A run in which a request got no answer is in no median: the failed-runs table says why.
+  doc["runs"] = {{{"family", "llama"}, {"workload", "shared-prefix"}, {"server", "skippy"}, {"repeat", 1},
+                  {"status", "failed"}, {"error", "1 of 6 requests got no answer; the first: connection refused"}},
+                 {{"family", "llama"}, {"workload", "shared-prefix"}, {"server", "skippy"}, {"repeat", 0}, {"status", "ok"}}};
   doc["summary"][0]["agreement"] = "3/6";
   doc["summary"][0]["disagreements"] = {{{"near_tie", true}}, {{"near_tie", false}}, {{"withheld_tail", true}}};
   std::ofstream(dir / "serve-compare.json") << doc.dump();
@@ -478,10 +535,46 @@ TEST(ServeCompareRender, HeadToHeadRowsFromTheJsonAndClearErrors) {
   EXPECT_NE(md.find("| llama | shared-prefix | 20.0 | 40.0 | 50.0 | 2.00x | 900 / 800 | 3/6 (1 same tokens as far as llama-server "
                     "sent them, 1 of 2 near-ties) |"), std::string::npos) << md;
   EXPECT_EQ(md.find("| llama | agent-loop | 9.0 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| llama | 4 | llama-default | 100.0 | 300.0 | 40.0 | 50.0 | 600.0 | 0.50 | 40.0 | 0.25 | 50% | 3 |"),
+  EXPECT_NE(md.find("| llama | 4 | llama-default | 100.0 | 300.0 | 40.0 | 50.0 | 600.0 | 0.50 | 40.0 | 0.25 | 50% | 3 / 1 |"),
             std::string::npos) << md;
+  EXPECT_NE(md.find("## Failed runs"), std::string::npos) << md;
+  EXPECT_NE(md.find("| llama | shared-prefix repeat 2 | skippy | failed | 1 of 6 requests got no answer; the first: "
+                    "connection refused |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| llama | 4 clients | llama-default | failed | 1 of 12 requests got no answer |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("repeat 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("Synthetic-weight"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// A request that got no answer has no latency: it is counted apart, not as a 0 ms TTFT, and lowers
+// throughput, goodput and SLO attainment.
+TEST(ServeCompareSummary, AnUnansweredRequestHasNoLatencyAndIsCountedApart) {
+  auto answered = [](double ttft, int tokens) {
+    bench::StreamRun r;
+    r.ok = true;
+    r.ttft_ms = ttft;
+    r.total_ms = ttft + 10.0 * (tokens - 1);
+    r.tokens = tokens;
+    r.tpot_ms = 10.0;
+    return r;
+  };
+  bench::StreamRun unanswered;
+  unanswered.error = "connection refused";
+  bench::StreamRun cut = answered(30.0, 3);
+  cut.error = "stream ended with an error event";
+  const json s = bench::SummarizeStreamRuns({answered(100.0, 4), unanswered, answered(200.0, 4), cut}, 2.0, 150.0, 0.0);
+  EXPECT_EQ(s["requests"], 4);
+  EXPECT_EQ(s["ok_requests"], 3);
+  EXPECT_EQ(s["unanswered"], 1);
+  EXPECT_EQ(s["errors"], 1);
+  EXPECT_DOUBLE_EQ(s["ttft_p50_ms"].get<double>(), 100.0);  // of 30, 100, 200: no 0 for the unanswered one
+  EXPECT_DOUBLE_EQ(s["throughput_rps"].get<double>(), 1.0);  // two served in 2 s
+  EXPECT_DOUBLE_EQ(s["goodput_rps"].get<double>(), 0.5);     // 100 ms only: 200 is past the SLO, 30 was cut
+  EXPECT_DOUBLE_EQ(s["slo_attainment"].get<double>(), 0.25);
+  const json none = bench::SummarizeStreamRuns({unanswered}, 1.0, 150.0, 0.0);
+  EXPECT_EQ(none["unanswered"], 1);
+  EXPECT_EQ(none["ok_requests"], 0);
 }
 
 // Where two greedy completions part and how close each server's logits were there.
@@ -527,6 +620,14 @@ TEST(BenchCli, BadArgumentsExitWithCodeTwo) {
   EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --case nope"));
   EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --prefix-token-sweep 128,abc"));
   EXPECT_EQ(2, rc("report --input /nonexistent.json --output /tmp/skippy-x.md"));
+  // Refused before anything runs: a format no zoo writes, no threads, no warm llama-server request,
+  // a sweep level out of range.
+  EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --zoo-format Q4_K_X"));
+  EXPECT_EQ(2, rc("serve-compare --output-dir /tmp/skippy-x --zoo-format f17"));
+  EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --threads 0"));
+  EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --llama-repeats 1"));
+  EXPECT_EQ(2, rc("production --output-dir /tmp/skippy-x --concurrency-sweep 1,99"));
+  EXPECT_EQ(2, rc("serve-compare --output-dir /tmp/skippy-x --concurrency-sweep 1,32"));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "skippy/bench/report.h"
 #include "skippy/bench/fleet.h"
 #include "skippy/bench/serve_compare.h"
+#include "skippy/zoo/zoo_spec.h"
 
 namespace fs = std::filesystem;
 
@@ -49,6 +50,13 @@ std::vector<int32_t> ParseIntList(const std::string& s) {
     out.push_back(v);
   }
   return out;
+}
+
+// --zoo-format as skippy-zoo takes it (any case), given back as the zoo spells its file names.
+std::string ZooFormatOption(const std::string& name) {
+  auto format = skippy::zoo::ParseZooFormat(name);
+  if (!format.ok()) throw CLI::ValidationError(std::string(format.status().message()));
+  return *std::move(format);
 }
 
 int Fail(const absl::Status& s) {
@@ -106,8 +114,9 @@ int main(int argc, char** argv) {
   prod->add_option("--zoo-dir", o.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
   prod->add_option("--zoo-format", o.zoo_format,
                    "weight format of the zoo models (written by skippy-zoo --format; ref: each family's model-ref format)")
-      ->capture_default_str();
-  prod->add_option("--threads", o.threads, "threads for both servers")->capture_default_str();
+      ->capture_default_str()->transform(ZooFormatOption);
+  prod->add_option("--threads", o.threads, "threads for both servers")->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   prod->add_option("--ctx-size", o.ctx_size, "context size for both")->capture_default_str();
   prod->add_option("--batch-size", o.batch_size, "batch = ubatch for both")->capture_default_str();
   std::string prod_fa = "on";
@@ -135,7 +144,7 @@ int main(int argc, char** argv) {
   cmp->add_option("--workload", sc.workloads, "workload name (repeatable); default: all of them");
   cmp->add_option("--server", sc.servers, "skippy | llama-default | llama-matched (repeatable)")->capture_default_str();
   cmp->add_option("--lanes", sc.lanes, "skippy lanes = llama-server slots")->capture_default_str();
-  cmp->add_option("--threads", sc.threads, "threads for both")->capture_default_str();
+  cmp->add_option("--threads", sc.threads, "threads for both")->capture_default_str()->check(CLI::Range(1, 1024));
   cmp->add_option("--ctx-size", sc.ctx_size, "context per request")->capture_default_str();
   cmp->add_option("--batch-size", sc.batch_size, "batch size for both")->capture_default_str();
   cmp->add_option("--flash-attn", sc_fa,
@@ -169,7 +178,7 @@ int main(int argc, char** argv) {
   cmp->add_option("--zoo-dir", sc.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
   cmp->add_option("--zoo-format", sc.zoo_format,
                   "weight format of the zoo models (written by skippy-zoo --format; ref: each family's model-ref format)")
-      ->capture_default_str();
+      ->capture_default_str()->transform(ZooFormatOption);
   bool sc_render_only = false;
   cmp->add_flag("--render-only", sc_render_only, "rewrite serve-compare.md from the JSON in --output-dir; run nothing");
   std::string sc_sweep;
@@ -192,7 +201,8 @@ int main(int argc, char** argv) {
   fleet->add_option("--case", fl.case_key, "family key")->capture_default_str();
   fleet->add_option("--workload", fl.workloads, "workload name (repeatable)")->capture_default_str();
   fleet->add_option("--replicas", fl.replicas, "replicas on each side")->capture_default_str();
-  fleet->add_option("--threads", fl.threads, "threads per replica")->capture_default_str();
+  fleet->add_option("--threads", fl.threads, "threads per replica")->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   fleet->add_option("--ctx-size", fl.ctx_size, "context per request")->capture_default_str();
   fleet->add_option("--flash-attn", fl_fa, "on | off for both")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   fleet->add_option("--replica-cache-mib", fl.replica_cache_mib,
@@ -215,7 +225,8 @@ int main(int argc, char** argv) {
   fleet->add_option("--model-dir", fl.model_dir, "real GGUFs named <family-key>.gguf");
   fleet->add_option("--zoo-preset", fl_preset, "zoo preset")->capture_default_str();
   fleet->add_option("--zoo-dir", fl.zoo_dir, "zoo directory (default: the cache's zoo/<preset>)");
-  fleet->add_option("--zoo-format", fl.zoo_format, "weight format of the zoo models")->capture_default_str();
+  fleet->add_option("--zoo-format", fl.zoo_format, "weight format of the zoo models")
+      ->capture_default_str()->transform(ZooFormatOption);
 
   try {
     app.parse(argc, argv);
@@ -232,6 +243,9 @@ int main(int argc, char** argv) {
   if (*prod) {
     o.flash_attn = prod_fa == "on";
     if (o.zoo_dir.empty()) o.zoo_dir = DefaultCacheDir() + "/zoo/" + o.zoo_preset;
+    if (!o.concurrency_sweep.empty()) {
+      if (absl::Status s = skippy::bench::CheckConcurrencySweep(o); !s.ok()) return Fail(s);
+    }
     auto doc = skippy::bench::RunProduction(o);
     if (!doc.ok()) return Fail(doc.status());
     size_t ok = 0, rows = (*doc)["rows"].size();

@@ -77,26 +77,9 @@ void List() {
               "All weights are synthetic: deterministic random values, not a trained model.\n");
 }
 
-// The formats llama-quantize takes that the CPU backend runs (its names, upper case).
-constexpr std::string_view kFormats[] = {"F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", "Q5_1",
-                                         "Q4_K_M", "Q4_K_S", "Q4_0", "Q4_1", "Q3_K_M", "Q3_K_S", "Q3_K_L",
-                                         "Q2_K", "Q2_K_S", "IQ4_XS", "IQ4_NL", "IQ3_XXS", "IQ3_S", "IQ3_M",
-                                         "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0"};
-
-bool KnownFormat(std::string_view f) {
-  for (std::string_view k : kFormats) {
-    if (k == f) return true;
-  }
-  return false;
-}
-
 // llama-quantize refuses these without an importance matrix.
 bool NeedsImatrix(std::string_view f) { return f.starts_with("IQ1") || f.starts_with("IQ2"); }
 
-std::string Upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // A fixed English text for llama-imatrix: the statistics only need activations, and the same text
 // every time keeps the quantized files reproducible.
@@ -225,7 +208,8 @@ int main(int argc, char** argv) {
                  "Q8_0, IQ2_XS; `ref` = the format of the family's model ref); repeatable");
   app.add_option("--llama-quantize", tools.quantize, "llama-quantize binary")->capture_default_str();
   app.add_option("--llama-imatrix", tools.imatrix, "llama-imatrix binary")->capture_default_str();
-  app.add_option("--threads", tools.threads, "threads for quantization")->capture_default_str();
+  app.add_option("--threads", tools.threads, "threads for quantization")->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--preset", preset_name, "tiny | small | bench | real")->capture_default_str();
   app.add_option("--out", out_dir, "output directory");
   app.add_option("--family", families, "only these family keys (repeatable); default: all");
@@ -246,12 +230,12 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   for (std::string& f : formats) {
-    f = f == "ref" ? f : Upper(f);
-    if (f != "ref" && !KnownFormat(f)) {
-      std::fprintf(stderr, "skippy-zoo: unknown --format '%s' (a llama-quantize type such as Q4_K_M, or ref)\n",
-                   f.c_str());
+    auto parsed = skippy::zoo::ParseZooFormat(f);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "skippy-zoo: --format: %s\n", std::string(parsed.status().message()).c_str());
       return kExitBadInput;
     }
+    f = *std::move(parsed);
   }
   if (out_dir.empty()) {
     std::fprintf(stderr, "skippy-zoo: --out DIR is required (or --list)\n");

@@ -22,23 +22,30 @@ namespace {
 
 }  // namespace
 
-StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
+Status CheckConcurrencySweep(const ProductionOptions& o) {
   if (o.concurrency_sweep.empty()) return absl::InvalidArgumentError("empty --concurrency-sweep");
   for (int c : o.concurrency_sweep) {
     if (c < 1 || c > 64) return absl::InvalidArgumentError(StrCat("concurrency level ", c, " outside [1, 64]"));
   }
   if (o.concurrent_requests < 1) return absl::InvalidArgumentError("--concurrent-requests must be at least 1");
+  return absl::OkStatus();
+}
+
+StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
+  SKIPPY_RETURN_IF_ERROR(CheckConcurrencySweep(o));
   std::vector<std::string> keys = o.cases;
   if (keys.empty()) keys = {"llama"};
   json doc = {{"version", 1}, {"server", "llama-server"}, {"machine", MachineInfo()},
               {"ttft_slo_ms", o.ttft_slo_ms}, {"tpot_slo_ms", o.tpot_slo_ms}, {"n_predict", o.sweep_n_predict},
               {"requests_per_level", o.concurrent_requests}, {"synthetic_weights", o.model_dir.empty()},
+              {"zoo_format", o.model_dir.empty() ? o.zoo_format : ""},
               {"results", json::array()}};
   const fs::path out = fs::path(o.output_dir) / "concurrency-sweep.json";
   for (const std::string& key : keys) {
     SKIPPY_ASSIGN_OR_RETURN(const zoo::FamilySpec* f, zoo::FindFamily(key));
-    (void)f;
-    const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", key, ".gguf") : StrCat(o.model_dir, "/", key, ".gguf");
+    // The production rows' model: the zoo file in --zoo-format, or the real GGUF.
+    const std::string model = o.model_dir.empty() ? StrCat(o.zoo_dir, "/", zoo::ZooFileName(*f, o.zoo_format))
+                                                  : StrCat(o.model_dir, "/", key, ".gguf");
     for (int c : o.concurrency_sweep) {
       std::fprintf(stderr, "[bench] concurrency sweep %s: %d client(s)\n", key.c_str(), c);
       // ctx_size is per slot; ModelServer multiplies it for llama-server.
@@ -76,7 +83,7 @@ StatusOr<json> RunConcurrencySweep(const ProductionOptions& o) {
         if (!r.ok) continue;
         ++ok;
         ttft.push_back(r.ttft_ms);
-        tpot.push_back(r.tpot_ms);
+        if (r.tokens > 1) tpot.push_back(r.tpot_ms);  // a one-token answer has no time per output token
         if (!r.served()) continue;
         ++served;
         if (r.ttft_ms <= o.ttft_slo_ms && r.tpot_ms <= o.tpot_slo_ms) ++good;

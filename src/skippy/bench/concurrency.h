@@ -11,6 +11,10 @@
 
 namespace skippy::bench {
 
+// The sweep's options alone (levels in [1, 64], at least one request), so a caller can refuse them
+// before other work.
+[[nodiscard]] Status CheckConcurrencySweep(const ProductionOptions& options);
+
 StatusOr<nlohmann::json> RunConcurrencySweep(const ProductionOptions& options);
 
 }  // namespace skippy::bench

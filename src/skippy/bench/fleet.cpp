@@ -334,6 +334,7 @@ std::string Markdown(const json& doc) {
 
 StatusOr<json> RunFleet(const FleetOptions& o) {
   if (o.replicas < 1 || o.replicas > 8) return absl::InvalidArgumentError("replicas must be 1-8");
+  if (o.repeats < 1) return absl::InvalidArgumentError("--repeats must be at least 1");
   const fs::path out(o.output_dir);
   const fs::path work = out / "work";
   std::error_code ec;
@@ -408,7 +409,7 @@ StatusOr<json> RunFleet(const FleetOptions& o) {
         }
         reps.push_back(std::move(s));
       }
-      // The median repeat by TTFT p50.
+      // The median repeat by TTFT p50 (of an even count, the slower of the two middle ones).
       std::sort(reps.begin(), reps.end(), [](const json& a, const json& b) { return a["ttft_p50_ms"] < b["ttft_p50_ms"]; });
       row[skippy ? "skippy" : "llama"] = reps[reps.size() / 2];
     }

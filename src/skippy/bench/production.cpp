@@ -136,7 +136,9 @@ json MachineInfo() {
 
 StatusOr<json> RunProduction(const ProductionOptions& o) {
   if (o.output_dir.empty()) return absl::InvalidArgumentError("--output-dir is required");
-  if (o.llama_repeats < 1) return absl::InvalidArgumentError("--llama-repeats must be at least 1");
+  if (o.llama_repeats < 2) {
+    return absl::InvalidArgumentError("--llama-repeats must be at least 2 (each round's first request is not timed)");
+  }
   if (o.cache_hit_repeats < 1) return absl::InvalidArgumentError("--cache-hit-repeats must be at least 1");
   if (o.rounds < 1) return absl::InvalidArgumentError("--rounds must be at least 1");
   if (o.prefix_tokens.empty()) return absl::InvalidArgumentError("no prefix token counts");
@@ -271,6 +273,7 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
       json llama_runs = json::array();
       std::string failed;  // a certification that did not pass
       std::string llama_error;
+      int llama_failed = 0, llama_not_reused = 0;
       auto skippy_round = [&](int round) {
         json cert = Certify(o, model, job.use_case ? job.use_case->prompt : kDefaultBenchmarkPrompt, job.prefix, work,
                             round == 0 ? tag : StrCat(tag, "-r", round));
@@ -297,8 +300,15 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
                                 {"http_status", run.http_status}, {"timings", run.timings},
                                 {"tokens_cached", run.tokens_cached}, {"tokens_evaluated", run.tokens_evaluated},
                                 {"error", run.error}});
-          if (!run.ok) llama_error = run.error;
-          if (run.ok && k > 0) warm.push_back(run.client_ms);
+          if (!run.ok) {
+            // A failed request has no time: the row is an error rather than a median of the rest.
+            ++llama_failed;
+            llama_error = run.error;
+          }
+          if (run.ok && k > 0) {
+            warm.push_back(run.client_ms);
+            if (run.timings.contains("cache_n") && run.timings.value("cache_n", 0) == 0) ++llama_not_reused;
+          }
         }
         if (!warm.empty()) llama_rounds.push_back(Median(warm));
       };
@@ -347,15 +357,25 @@ StatusOr<json> RunProduction(const ProductionOptions& o) {
         r["status"] = "llama-server-error";
         r["notes"].push_back(StrCat("llama-server failed: ", server_error));
       } else {
-        json ls = {{"status", llama_rounds.empty() ? "error" : "ok"}, {"runs", llama_runs}, {"parallel", o.llama_parallel},
+        json ls = {{"status", llama_rounds.empty() || llama_failed > 0 ? "error" : "ok"},
+                   {"runs", llama_runs},
+                   {"parallel", o.llama_parallel},
                    {"argv", server ? server->argv() : std::vector<std::string>{}}};
-        if (!llama_rounds.empty()) {
+        if (llama_failed > 0) {
+          r["status"] = "llama-server-error";
+          r["notes"].push_back(StrCat(llama_failed, " llama-server request(s) failed: ", llama_error));
+        } else if (!llama_rounds.empty()) {
           const double warm = Median(llama_rounds);
           ls["warm_median_ms"] = warm;
           ls["round_medians_ms"] = llama_rounds;
           r["llama_server_warm_median_ms"] = warm;
           r["speedup"] = warm / std::max(1e-6, hit_ms);
           r["status"] = "ok";
+          if (llama_not_reused > 0) {
+            // Its answer to a repeat of the prompt, as a user would get it; said so beside the ratio.
+            r["notes"].push_back(StrCat("llama-server reused no prompt token in ", llama_not_reused, " of its ",
+                                        o.rounds * (o.llama_repeats - 1), " warm requests"));
+          }
         } else {
           r["status"] = "llama-server-error";
           r["notes"].push_back(StrCat("no successful warm llama-server request: ", llama_error));

@@ -19,9 +19,7 @@ namespace skippy::bench {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string Cell(std::string s) {
+std::string MarkdownCell(std::string_view s) {
   std::string out;
   for (char c : s) {
     if (c == '|') out += "\\|";
@@ -30,6 +28,8 @@ std::string Cell(std::string s) {
   }
   return out;
 }
+
+namespace {
 
 std::string Num(const json& r, const char* key, int prec, const char* suffix = "") {
   if (!r.contains(key) || !r[key].is_number()) return "-";
@@ -53,6 +53,15 @@ int FamilyOrder(const std::string& key) {
 }
 
 bool Promoted(const json& r) { return r.value("status", "") == "ok"; }
+
+// What the certifier timed as a hit, from the run's settings (skippy-correctness flags).
+std::string HitWhat(const json& settings) {
+  std::string what = settings.value("hits_from_disk", false) ? "read from the disk tier + restore" : "restore";
+  if (settings.value("borrow_resident_hits", false)) what = "restore once, then cut the lane back to the prefix";
+  what += settings.value("cache_decoded_result_hits", false) ? " + copy of the continuation's stored logits (no decode)"
+                                                              : " + decode of the continuation";
+  return what;
+}
 
 
 }  // namespace
@@ -103,8 +112,8 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
                  settings.value("flash_attn", false) ? "on" : "off", ", one generated token, llama-server --parallel ",
                  settings.value("llama_parallel", 1), ", Skippy lanes ", settings.value("runtime_lane_count", 1), ".");
   }
-  md += "\nSpeedup = llama-server warm median (runs 2..N, timed at the client over HTTP) / Skippy hit median "
-        "(restore + decode of the continuation, in-process)";
+  md += StrCat("\nSpeedup = llama-server warm median (runs 2..N, timed at the client over HTTP) / Skippy hit median (",
+               HitWhat(settings.is_null() ? json::object() : settings), ", in-process)");
   if (const int rounds = settings.is_null() ? 1 : settings.value("rounds", 1); rounds > 1) {
     md += StrCat(", each the median of ", rounds,
                  " rounds' medians, the two sides taking turns (llama-server first in every second round)");
@@ -123,18 +132,19 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
       left_out.push_back(r);
       continue;
     }
-    md += StrCat("| ", Cell(r.value("family", "")), " | ", Cell(r.value("model_ref", "")), " | ", Cell(r.value("payload", "")),
-                 " | ", Cell(r.value("correctness", "")), " | ", r.value("prefix_tokens", 0), " | ",
+    md += StrCat("| ", MarkdownCell(r.value("family", "")), " | ", MarkdownCell(r.value("model_ref", "")), " | ",
+                 MarkdownCell(r.value("payload", "")), " | ", MarkdownCell(r.value("correctness", "")), " | ",
+                 r.value("prefix_tokens", 0), " | ",
                  r.value("benchmark_prompt_token_count", 0), " | ", Num(r, "llama_server_warm_median_ms", 2), " | ",
                  Num(r, "skippy_hit_median_ms", 2), " | ", Num(r, "speedup", 2, "x"), " | ",
-                 std::to_string(r.value("cache_bytes", uint64_t{0})), " | ", Cell(r.value("cache_bytes_method", "")), " | ",
-                 Cell(Notes(r)), " |\n");
+                 std::to_string(r.value("cache_bytes", uint64_t{0})), " | ", MarkdownCell(r.value("cache_bytes_method", "")), " | ",
+                 MarkdownCell(Notes(r)), " |\n");
   }
   if (!left_out.empty()) {
     md += "\nLeft out of the table (not promoted):\n\n";
     for (const json& r : left_out) {
-      md += StrCat("- ", Cell(r.value("family", "")), " (prefix ", r.value("prefix_tokens", 0), "): ", r.value("status", ""),
-                   Notes(r).empty() ? "" : " - " + Cell(Notes(r)), "\n");
+      md += StrCat("- ", MarkdownCell(r.value("family", "")), " (prefix ", r.value("prefix_tokens", 0), "): ", r.value("status", ""),
+                   Notes(r).empty() ? "" : " - " + MarkdownCell(Notes(r)), "\n");
     }
   }
 
@@ -151,7 +161,7 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
     }
     md += "\n## Use-Case Benchmark Matrix\n\nCells: speedup (llama-server warm median / Skippy hit median); "
           "\"-\" where the row is missing or not promoted.\n\n| Use case |";
-    for (const auto& k : fam_keys) md += " " + Cell(fam_names[k]) + " |";
+    for (const auto& k : fam_keys) md += " " + MarkdownCell(fam_names[k]) + " |";
     md += "\n|---|";
     for (size_t i = 0; i < fam_keys.size(); ++i) md += "---:|";
     md += "\n";
@@ -165,7 +175,7 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
     for (const std::string& uk : uc_keys) {
       std::string label = uk;
       for (const json& m : use_case_meta) if (m.value("key", "") == uk) label = m.value("label", uk);
-      md += "| " + Cell(label) + " |";
+      md += "| " + MarkdownCell(label) + " |";
       for (const auto& fk : fam_keys) {
         std::string cell = "-";
         for (const json& r : uses) {
@@ -180,8 +190,8 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
     if (!uc_left_out.empty()) {
       md += "\nNot promoted:\n\n";
       for (const json& r : uc_left_out) {
-        md += StrCat("- ", Cell(r.value("family", "")), " / ", Cell(r.value("use_case", "")), ": ", r.value("status", ""),
-                     Notes(r).empty() ? "" : " - " + Cell(Notes(r)), "\n");
+        md += StrCat("- ", MarkdownCell(r.value("family", "")), " / ", MarkdownCell(r.value("use_case", "")), ": ",
+                     r.value("status", ""), Notes(r).empty() ? "" : " - " + MarkdownCell(Notes(r)), "\n");
       }
     }
     md += "\n### Use-case sources\n\nPrompts are our own, written in the spirit of the named dataset row "
@@ -198,8 +208,9 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
         hi = std::max(hi, n);
       }
       const json& s = m.value("source", json::object());
-      md += StrCat("| ", Cell(m.value("key", "")), " | ", Cell(m.value("label", "")), " | ", Cell(s.value("dataset", "")), " | ",
-                   Cell(s.value("config", "")), " | ", Cell(s.value("split", "")), " | ", s.value("row_idx", 0), " | ",
+      md += StrCat("| ", MarkdownCell(m.value("key", "")), " | ", MarkdownCell(m.value("label", "")), " | ",
+                   MarkdownCell(s.value("dataset", "")), " | ", MarkdownCell(s.value("config", "")), " | ",
+                   MarkdownCell(s.value("split", "")), " | ", s.value("row_idx", 0), " | ",
                    m.value("prefix_tokens", 0), " | ", lo == hi ? std::to_string(lo) : StrCat(lo, "-", hi), " |\n");
     }
   }
@@ -216,11 +227,16 @@ std::string RenderReport(const std::vector<json>& docs, const std::vector<std::s
           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n";
     for (const json& r : pkg) {
       const json& s = r.value("skippy", json::object());
-      md += StrCat("| ", Cell(r.value("family", "")), " | ", Cell(r.value("model_ref", "")), " | ", Cell(r.value("payload", "")),
-                   " | ", Cell(r.value("correctness", "")), " | ", r.value("prefix_tokens", 0), " | ",
-                   Num(s, "recompute_total_ms", 2), " | ", Num(s, "cache_hit_total_ms", 2), " | ",
-                   Num(s, "cache_hit_speedup", 2, "x"), " | ", Num(r, "llama_server_warm_median_ms", 2), " | ",
-                   std::to_string(r.value("cache_bytes", uint64_t{0})), " | ", Cell(Notes(r)), " |\n");
+      // A row that did not pass (certification, llama-server) shows why, and no numbers.
+      const bool ok = Promoted(r);
+      const double recompute = s.value("recompute_total_ms", 0.0), hit = r.value("skippy_hit_median_ms", 0.0);
+      md += StrCat("| ", MarkdownCell(r.value("family", "")), " | ", MarkdownCell(r.value("model_ref", "")), " | ",
+                   MarkdownCell(r.value("payload", "")), " | ", MarkdownCell(r.value("correctness", "")), " | ",
+                   r.value("prefix_tokens", 0), " | ", ok ? Num(s, "recompute_total_ms", 2) : "-", " | ",
+                   ok ? Num(r, "skippy_hit_median_ms", 2) : "-", " | ",
+                   ok && hit > 0 ? fmt::format("{:.2f}x", recompute / hit) : "-", " | ",
+                   ok ? Num(r, "llama_server_warm_median_ms", 2) : "-", " | ",
+                   ok ? std::to_string(r.value("cache_bytes", uint64_t{0})) : "-", " | ", MarkdownCell(Notes(r)), " |\n");
     }
   }
 
@@ -242,6 +258,21 @@ StatusOr<std::string> WriteReport(const ReportOptions& o) {
     json d = json::parse(in, nullptr, false);
     if (d.is_discarded() || !d.is_object() || !d.contains("rows") || !d["rows"].is_array()) {
       return absl::InvalidArgumentError(StrCat(path, " is not a production-cache-bench.json (no rows array)"));
+    }
+    // One report, one header: its settings and weights line must hold for every row.
+    if (!docs.empty()) {
+      const json& first = docs.front();
+      if (d.value("synthetic_weights", false) != first.value("synthetic_weights", false)) {
+        return absl::InvalidArgumentError(StrCat(path, " and ", o.inputs.front(),
+                                                 " mix synthetic and real weights: render them apart"));
+      }
+      json a = d.value("settings", json::object()), b = first.value("settings", json::object());
+      a.erase("zoo_preset");  // several presets are named in the header
+      b.erase("zoo_preset");
+      if (a != b) {
+        return absl::InvalidArgumentError(StrCat(path, " was measured with other settings than ", o.inputs.front(), ": ",
+                                                 json::diff(b, a).dump()));
+      }
     }
     docs.push_back(std::move(d));
   }

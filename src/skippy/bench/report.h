@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -29,5 +30,8 @@ std::string RenderReport(const std::vector<nlohmann::json>& docs, const std::vec
 // Loads the inputs, renders, writes the markdown and the charts. InvalidArgument / NotFound for bad
 // inputs. A missing gnuplot is not an error: the report says the charts were not drawn.
 StatusOr<std::string> WriteReport(const ReportOptions& options);
+
+// A Markdown table cell's text: "|" escaped, line breaks as spaces.
+std::string MarkdownCell(std::string_view text);
 
 }  // namespace skippy::bench

@@ -14,6 +14,7 @@
 #include "skippy/bench/chart.h"
 #include "skippy/bench/model_server.h"
 #include "skippy/bench/production.h"
+#include "skippy/bench/report.h"
 #include "skippy/common/stats.h"
 #include "skippy/common/strings.h"
 #include "skippy/zoo/zoo_spec.h"
@@ -43,16 +44,17 @@ StatusOr<ModelServerOptions> ServerOptions(const ServeCompareOptions& o, const s
   return so;
 }
 
-// A request is good when it was served (StreamRun::served), its TTFT is within o.ttft_slo_ms and,
-// with o.tpot_slo_ms > 0, its time per output token (after the first) within that too. A stream
-// cut short by an error event counts in the latencies and tokens, as its client saw them, and in
-// "errors", not in throughput or goodput.
-json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCompareOptions& o) {
+}  // namespace
+
+json SummarizeStreamRuns(const std::vector<StreamRun>& runs, double wall_s, double ttft_slo_ms, double tpot_slo_ms) {
   std::vector<double> ttft, e2e, tpot, gap;
   int64_t reused = 0, recomputed = 0, tokens = 0;
-  int ok = 0, errors = 0, good = 0;
+  int ok = 0, errors = 0, good = 0, unanswered = 0;
   for (const StreamRun& r : runs) {
-    if (!r.ok) continue;
+    if (!r.ok) {
+      ++unanswered;
+      continue;
+    }
     ++ok;
     if (!r.served()) ++errors;
     ttft.push_back(r.ttft_ms);
@@ -62,11 +64,11 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
       gap.push_back(r.max_gap_ms);
     }
     tokens += r.tokens;
-    if (r.served() && r.ttft_ms <= o.ttft_slo_ms && (o.tpot_slo_ms <= 0 || r.tpot_ms <= o.tpot_slo_ms)) ++good;
+    if (r.served() && r.ttft_ms <= ttft_slo_ms && (tpot_slo_ms <= 0 || r.tpot_ms <= tpot_slo_ms)) ++good;
     reused += r.timings.value("cache_n", 0);
     recomputed += r.timings.value("prompt_n", 0);
   }
-  return {{"requests", runs.size()},           {"ok_requests", ok}, {"errors", errors},
+  return {{"requests", runs.size()},           {"ok_requests", ok}, {"errors", errors}, {"unanswered", unanswered},
           {"ttft_p50_ms", Percentile(ttft, 0.5)}, {"ttft_p95_ms", Percentile(ttft, 0.95)},
           {"e2e_p50_ms", Percentile(e2e, 0.5)},   {"e2e_p95_ms", Percentile(e2e, 0.95)},
           {"tpot_p50_ms", Percentile(tpot, 0.5)}, {"tpot_p95_ms", Percentile(tpot, 0.95)},
@@ -76,6 +78,12 @@ json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCom
           {"generated_tokens_per_s", wall_s > 0 ? tokens / wall_s : 0.0},
           {"goodput_rps", wall_s > 0 ? good / wall_s : 0.0},
           {"slo_attainment", runs.empty() ? 0.0 : static_cast<double>(good) / static_cast<double>(runs.size())}};
+}
+
+namespace {
+
+json Summarize(const std::vector<StreamRun>& runs, double wall_s, const ServeCompareOptions& o) {
+  return SummarizeStreamRuns(runs, wall_s, o.ttft_slo_ms, o.tpot_slo_ms);
 }
 
 // A TPOT or stall percentile of a summary; "-" for runs from before it was summarized.
@@ -156,6 +164,28 @@ std::string RestartTable(const json& doc) {
                 rows);
 }
 
+// Runs and sweep levels that did not finish "ok": which server, and why. Their numbers are in no
+// table above (a failed run is not in the medians).
+std::string FailedRuns(const json& doc) {
+  std::string rows;
+  auto add = [&](const json& r, const std::string& what) {
+    if (r.value("status", "ok") == "ok") return;
+    rows += StrCat("| ", MarkdownCell(r.value("family", "")), " | ", MarkdownCell(what), " | ",
+                   MarkdownCell(r.value("server", "")), " | ", MarkdownCell(r.value("status", "")), " | ",
+                   MarkdownCell(r.value("error", "")), " |\n");
+  };
+  for (const json& r : doc.value("runs", json::array())) {
+    add(r, StrCat(r.value("workload", ""), " repeat ", r.value("repeat", 0) + 1));
+  }
+  for (const json& l : doc.value("concurrency_sweep", json::array())) {
+    add(l, StrCat(l.value("concurrency", 0), " clients"));
+  }
+  if (rows.empty()) return "";
+  return StrCat("\n## Failed runs\n\nNot in the medians above (a sweep level's latencies are of its answered "
+                "requests).\n\n| Family | Run | Server | Status | Error |\n|---|---|---|---|---|\n",
+                rows);
+}
+
 std::string Markdown(const json& doc) {
   std::string md = StrCat("# skippy-server vs llama-server\n\n",
                           doc.value("synthetic_weights", true) ? "Synthetic-weight models (skippy-zoo); speed only, not quality.\n\n" : "",
@@ -211,7 +241,7 @@ std::string Markdown(const json& doc) {
                  doc["settings"].value("ttft_slo_ms", 0.0), " ms",
                  tpot_slo > 0 ? StrCat(", TPOT SLO ", tpot_slo, " ms") : std::string(), ")\n\n"
                  "| Family | Clients | Server | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | longest stall p95 ms | "
-                 "throughput rps | tokens/s | goodput rps | SLO attainment | errors |\n"
+                 "throughput rps | tokens/s | goodput rps | SLO attainment | errors: cut short / no answer |\n"
                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const json& l : doc["concurrency_sweep"]) {
       const json& s = l.value("summary", json::object());
@@ -222,9 +252,11 @@ std::string Markdown(const json& doc) {
                    " | ", fmt::format("{:.1f}", s.value("generated_tokens_per_s", 0.0)),
                    " | ", fmt::format("{:.2f}", s.value("goodput_rps", 0.0)),
                    " | ", fmt::format("{:.0f}%", 100 * s.value("slo_attainment", 0.0)), " | ",
-                   s.contains("errors") ? StrCat(s.value("errors", 0)) : std::string("-"), " |\n");
+                   s.contains("errors") ? StrCat(s.value("errors", 0), " / ", s.value("unanswered", 0)) : std::string("-"),
+                   " |\n");
     }
   }
+  md += FailedRuns(doc);
   return md;
 }
 
@@ -326,6 +358,9 @@ json DivergenceOf(const json& a, const json& b) {
 StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
   if (o.output_dir.empty()) return absl::InvalidArgumentError("--output-dir is required");
   if (o.repeats < 1 || o.lanes < 1) return absl::InvalidArgumentError("--repeats and --lanes must be at least 1");
+  for (int c : o.concurrency_sweep) {
+    if (c < 1 || c > 16) return absl::InvalidArgumentError(StrCat("concurrency level ", c, " outside [1, 16]"));
+  }
   std::vector<std::string> names = o.workloads.empty() ? WorkloadNames() : o.workloads;
   std::vector<Workload> workloads;
   for (const std::string& n : names) {
@@ -374,7 +409,6 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
         return absl::InvalidArgumentError(StrCat("the ", o.sweep_workload, " workload cannot be a concurrency sweep's"));
       }
       for (int c : o.concurrency_sweep) {
-        if (c < 1 || c > 16) return absl::InvalidArgumentError(StrCat("concurrency level ", c, " outside [1, 16]"));
         for (const std::string& server : o.servers) {
           std::fprintf(stderr, "[serve-compare] %s concurrency %d: %s\n", key.c_str(), c, server.c_str());
           ServeCompareOptions oc = o;
@@ -423,7 +457,12 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
           }
           level["requests"] = std::move(reqs);
           level["summary"]["peak_rss_bytes"] = srv->PeakRssBytes();
+          // Unanswered requests lower its throughput and goodput; its latencies are of the others.
           level["status"] = "ok";
+          if (const int n = level["summary"].value("unanswered", 0); n > 0) {
+            level["status"] = "failed";
+            level["error"] = StrCat(n, " of ", results.size(), " requests got no answer");
+          }
           srv->Stop();
           doc["concurrency_sweep"].push_back(level);
           flush();
@@ -514,8 +553,21 @@ StatusOr<json> RunServeCompare(const ServeCompareOptions& o) {
                                : Summarize(phases[w.headline_phase], phase_wall_s(phases[w.headline_phase]), o);
           run["summary"]["peak_rss_bytes"] = std::max(peak_rss, srv->PeakRssBytes());
           run["requests"] = reqs;
-          run["status"] = "ok";
           srv->Stop();
+          // A request without an answer has no latency to count: the run is reported as failed and
+          // stays out of the medians, or a server that fails fast would look fast.
+          const auto unanswered = std::find_if(results.begin(), results.end(), [](const StreamRun& r) { return !r.ok; });
+          if (unanswered != results.end()) {
+            const auto n = std::count_if(results.begin(), results.end(), [](const StreamRun& r) { return !r.ok; });
+            run["status"] = "failed";
+            run["error"] = StrCat(n, " of ", results.size(), " requests got no answer; the first: ", unanswered->error);
+            std::fprintf(stderr, "[serve-compare] %s %s: %s: %s\n", key.c_str(), w.name.c_str(), server.c_str(),
+                         run["error"].get<std::string>().c_str());
+            doc["runs"].push_back(run);
+            flush();
+            continue;
+          }
+          run["status"] = "ok";
           json kept = run["summary"];
           if (run.contains("phases")) kept["phases"] = run["phases"];
           per_server[server].push_back(kept);

@@ -7,14 +7,16 @@
 // caches, the single-slot comparison). Each (workload, repeat, server) run starts a fresh server.
 // Per request: TTFT (first streamed token) and end-to-end latency at the client, reused and
 // recomputed prompt tokens from the server's timings, the generated text, the longest wait between
-// two tokens. Per run: p50/p95, throughput and goodput at the SLOs (of requests served without an
-// error, StreamRun::served; streams cut short by one are counted as errors), peak resident memory. Output: serve-compare.json and .md.
+// two tokens. Per run: p50/p95, throughput and goodput at the SLOs (SummarizeStreamRuns), peak
+// resident memory; a run in which a request got no answer is failed, out of the medians, and listed
+// under "Failed runs". Output: serve-compare.json and .md.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "skippy/bench/model_server.h"
 #include "skippy/bench/workloads.h"
 #include "skippy/common/status.h"
 
@@ -76,6 +78,15 @@ inline constexpr int kProbeTopN = 5;
 // differences (other batch splits) can.
 inline constexpr double kNearTieNats = 0.1;
 nlohmann::json DivergenceOf(const nlohmann::json& a, const nlohmann::json& b);
+// One run's numbers from its requests, in the order sent, over wall_s seconds. A stream cut short by
+// an error event counts in the latencies and tokens as its client saw them, and in "errors", not in
+// throughput or goodput; a request that got no answer (StreamRun::ok false) has no latency and
+// counts in "unanswered" only (a run with any is reported as failed and left out of the medians).
+// A request is good (goodput, "slo_attainment" over every request) when it was served, its TTFT
+// is within ttft_slo_ms and, with tpot_slo_ms > 0, its time per output token after the first too.
+nlohmann::json SummarizeStreamRuns(const std::vector<StreamRun>& runs, double wall_s, double ttft_slo_ms,
+                                   double tpot_slo_ms);
+
 // Rewrites <output_dir>/serve-compare.md from <output_dir>/serve-compare.json (no servers run).
 // NotFound without the JSON, InvalidArgument if it is not a serve-compare result.
 [[nodiscard]] Status RenderServeCompare(const std::string& output_dir);

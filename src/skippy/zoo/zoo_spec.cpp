@@ -1,6 +1,9 @@
 #include "skippy/zoo/zoo_spec.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <iterator>
 #include <string>
 
 #include "skippy/common/strings.h"
@@ -330,6 +333,20 @@ std::string ZooFileName(const FamilySpec& family, std::string_view format) {
   if (format == "ref") format = family.ref_format;
   if (format.empty() || format == "F16") return StrCat(family.key, ".gguf");
   return StrCat(family.key, ".", format, ".gguf");
+}
+
+StatusOr<std::string> ParseZooFormat(std::string_view name) {
+  // The formats llama-quantize takes that the CPU backend runs (its names, upper case).
+  static constexpr std::string_view kFormats[] = {
+      "F16",    "BF16",   "Q8_0",   "Q6_K",   "Q5_K_M",  "Q5_K_S", "Q5_0",    "Q5_1",   "Q4_K_M", "Q4_K_S",
+      "Q4_0",   "Q4_1",   "Q3_K_M", "Q3_K_S", "Q3_K_L",  "Q2_K",   "Q2_K_S",  "IQ4_XS", "IQ4_NL", "IQ3_XXS",
+      "IQ3_S",  "IQ3_M",  "IQ2_XXS", "IQ2_XS", "IQ2_S",  "IQ2_M",  "IQ1_S",   "IQ1_M",  "TQ1_0",  "TQ2_0"};
+  if (name == "ref") return std::string(name);
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (std::find(std::begin(kFormats), std::end(kFormats), upper) != std::end(kFormats)) return upper;
+  return absl::InvalidArgumentError(
+      StrCat("unknown weight format '", name, "' (a llama-quantize type such as F16, Q8_0, Q4_K_M, IQ2_XS, or ref)"));
 }
 
 StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset) {

@@ -109,6 +109,11 @@ StatusOr<Dims> DimsFor(const FamilySpec& family, Preset preset);
 // "ref" stands for the family's ref_format.
 std::string ZooFileName(const FamilySpec& family, std::string_view format);
 
+// A weight format as a zoo names it: one of the llama-quantize types the CPU backend runs (F16,
+// BF16, Q8_0, Q6_K, Q4_K_M, IQ2_XS ...), in any case, given back upper case; "ref" as it is.
+// InvalidArgument for any other name.
+StatusOr<std::string> ParseZooFormat(std::string_view name);
+
 // The complete GGUF metadata for (family, preset), tokenizer keys excluded: general.* keys,
 // skippy.* provenance keys and the architecture's hyperparameters. Deterministic.
 StatusOr<Metadata> BuildMetadata(const FamilySpec& family, Preset preset);
