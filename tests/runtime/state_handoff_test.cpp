@@ -184,6 +184,31 @@ TEST(CertifyBadInput, PartialLayerRangeIsUnimplemented) {
   auto o = Options("llama");
   o.state_layer_start = 1;
   EXPECT_EQ(RunStateHandoff(o).status().code(), absl::StatusCode::kUnimplemented);
+  // A range that ends before the model's last layer is refused too, not run on the whole model and
+  // reported as that range.
+  auto whole = RunStateHandoff(Options("llama"));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const int32_t n_layer = whole->report["model_identity"]["layer_end"].get<int32_t>();
+  ASSERT_GE(n_layer, 2);
+  o = Options("llama");
+  o.layer_end = n_layer - 1;
+  EXPECT_EQ(RunStateHandoff(o).status().code(), absl::StatusCode::kUnimplemented);
+  o.layer_end = n_layer;
+  o.state_layer_end = n_layer - 1;
+  EXPECT_EQ(RunStateHandoff(o).status().code(), absl::StatusCode::kUnimplemented);
+  o.state_layer_end = n_layer;
+  auto named = RunStateHandoff(o);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->verdict, Verdict::kPass);
+}
+
+// ggml sizes its threadpool from the thread count: 0 or a negative count must not reach it.
+TEST(CertifyBadInput, AThreadCountBelowOneIsInvalidArgument) {
+  for (int threads : {0, -3}) {
+    auto o = Options("llama");
+    o.threads = threads;
+    EXPECT_EQ(RunStateHandoff(o).status().code(), absl::StatusCode::kInvalidArgument) << threads;
+  }
 }
 
 int RunCli(const std::string& args) {
@@ -200,6 +225,9 @@ TEST(CertifyCli, ExitCodesDistinguishPassDisabledAndBadInput) {
   EXPECT_EQ(2, RunCli(model + "--prompt hello --ctx-size 256 --prefix-token-count 1000"));
   EXPECT_EQ(2, RunCli("--model /nonexistent.gguf --prompt hello"));
   EXPECT_EQ(2, RunCli("--prompt hello"));  // --model is required
+  const int zero_threads = std::system(StrCat(env::CorrectnessBin(), " state-handoff --threads 0 ", model,
+                                              "--prompt hello >/dev/null 2>&1").c_str());
+  EXPECT_EQ(2, WEXITSTATUS(zero_threads));
 }
 
 }  // namespace

@@ -61,8 +61,14 @@ int ExitCodeFor(const absl::Status& s) {
   }
 }
 
+// A report's text: a prompt cut at a token boundary or a model's name can hold bytes that are not
+// UTF-8, which are written as U+FFFD rather than thrown.
+std::string ReportText(const nlohmann::json& report) {
+  return report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool WriteReport(const nlohmann::json& report, const std::string& path) {
-  const std::string text = report.dump(2);
+  const std::string text = ReportText(report);
   if (path.empty()) {
     std::cout << text << "\n";
     return true;
@@ -355,7 +361,7 @@ int main(int argc, char** argv) {
   sh->add_option("--model-id", o.model_id, "model identity (default: sha256 of the file)");
   sh->add_option("--ctx-size", o.ctx_size, "context size")->capture_default_str();
   sh->add_option("--n-gpu-layers", o.n_gpu_layers, "layers to offload")->capture_default_str();
-  sh->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
+  sh->add_option("--threads", o.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   sh->add_option("--batch-size", o.batch_size, "n_batch = n_ubatch")->capture_default_str();
   sh->add_option("--flash-attn", flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   sh->add_option("--cache-type-k", o.type_k, "K cache type")->capture_default_str();
@@ -380,7 +386,7 @@ int main(int argc, char** argv) {
   CLI::App* bsc = app.add_subcommand("batch-split", "are logits independent of where prefill batches are cut?");
   bsc->add_option("--model", bs.model_path, "GGUF model file")->required();
   bsc->add_option("--flash-attn", bs.flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
-  bsc->add_option("--threads", bs.threads, "CPU threads")->capture_default_str();
+  bsc->add_option("--threads", bs.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   bsc->add_option("--batch-size", bs.batch_size, "n_batch = n_ubatch")->capture_default_str();
   bsc->add_option("--min-batch", bs.min_batch, "smallest batch a cut uses (default: the runtime's rule, 64 on / 2 off)");
   bsc->add_option("--n-gpu-layers", bs.n_gpu_layers, "layers to offload (a GPU build of llama.cpp)")->capture_default_str();
@@ -391,7 +397,7 @@ int main(int argc, char** argv) {
       "are a chunk's and other lanes' steps, and steps of lanes apart, the same bits in one llama_decode? (and their cost)");
   swc->add_option("--model", sw.model_path, "GGUF model file")->required();
   swc->add_option("--flash-attn", sw.flash_attn, "on | off, never auto")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
-  swc->add_option("--threads", sw.threads, "CPU threads")->capture_default_str();
+  swc->add_option("--threads", sw.threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
   swc->add_option("--batch-size", sw.batch_size, "n_batch = n_ubatch")->capture_default_str();
   swc->add_option("--time-rounds", sw.time_rounds, "timing rounds per shape (0: the check only)")
       ->capture_default_str()->check(CLI::Range(0, 1000));
@@ -447,10 +453,10 @@ int main(int argc, char** argv) {
     nlohmann::json err = {{"mode", "state-handoff"}, {"status", "error"}, {"matches", false},
                           {"error", std::string(result.status().message())},
                           {"error_code", absl::StatusCodeToString(result.status().code())}};
-    if (!report_out.empty()) std::ofstream(report_out) << err.dump(2) << "\n";
+    if (!report_out.empty()) std::ofstream(report_out) << ReportText(err) << "\n";
     return ExitCodeFor(result.status());
   }
-  const std::string text = result->report.dump(2);
+  const std::string text = ReportText(result->report);
   if (report_out.empty()) {
     std::cout << text << "\n";
   } else {

@@ -83,6 +83,7 @@ std::optional<std::string> Model::MetaString(const std::string& key) const {
 std::string Model::arch() const { return MetaString("general.architecture").value_or(""); }
 int32_t Model::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
 int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_); }
+int32_t Model::n_layer() const { return llama_model_n_layer(model_); }
 uint64_t Model::n_params() const { return llama_model_n_params(model_); }
 std::string Model::WeightFormat() const {
   char buf[256] = {};
@@ -182,6 +183,11 @@ StatusOr<std::string> Model::Detokenize(std::span<const Token> tokens, bool remo
 StatusOr<std::unique_ptr<Context>> Context::Create(const Model& model, const ContextOptions& options) {
   if (options.n_ctx == 0 || options.n_batch == 0 || options.n_ubatch == 0 || options.n_seq_max == 0) {
     return absl::InvalidArgumentError("context sizes must be positive");
+  }
+  // ggml sizes its threadpool from it: 0 has no worker to run a graph, a negative count wraps.
+  if (options.n_threads < 1 || options.n_threads > ContextOptions::kMaxThreads) {
+    return absl::InvalidArgumentError(
+        StrCat("threads must lie in [1, ", ContextOptions::kMaxThreads, "], not ", options.n_threads));
   }
   SKIPPY_ASSIGN_OR_RETURN(ggml_type type_k, ParseKvType(options.type_k));
   SKIPPY_ASSIGN_OR_RETURN(ggml_type type_v, ParseKvType(options.type_v));

@@ -59,6 +59,7 @@ class Model {
   std::string arch() const;
   int32_t n_vocab() const;
   int32_t n_ctx_train() const;
+  int32_t n_layer() const;
   uint64_t n_params() const;
   // The weight format as llama.cpp names it ("Q4_1", "Q4_K - Medium"): its one-line model
   // description is "<arch> <size class> <format>".
@@ -106,10 +107,11 @@ class Model {
 };
 
 struct ContextOptions {
+  static constexpr int kMaxThreads = 1024;  // as skippy-server's -t
   uint32_t n_ctx = 4096;
   uint32_t n_batch = 512;
   uint32_t n_ubatch = 512;
-  int n_threads = 2;
+  int n_threads = 2;  // [1, kMaxThreads]
   bool flash_attn = false;  // explicit: never "auto", so V layout is the same in every context
   uint32_t n_seq_max = 1;
   std::string type_k = "f16";  // KV cache element types (f32, f16, bf16, q8_0, q4_0, ...)
