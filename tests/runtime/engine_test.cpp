@@ -365,4 +365,23 @@ TEST(EngineInput, BadSequenceIdsAndNonAppendingDecodesAreRefused) {
   EXPECT_TRUE(e->Decode(0, all, 0).ok());
 }
 
+// A lane of its own stream holds its share of the context: tokens past it are refused by the engine
+// with the lane named, before llama.cpp looks for cells, and leave the lane as it was.
+TEST(EngineInput, TokensPastALanesCellsAreRefused) {
+  auto e = OpenServerLayout("llama", 2);
+  ASSERT_TRUE(e);
+  const int32_t cap = e->LaneCapacity();
+  ASSERT_EQ(cap, 512);
+  const auto all = Tokens(*e, cap + 1);
+  const std::span<const Token> most(all.data(), static_cast<size_t>(cap) - 1);
+  ASSERT_TRUE(e->Prefill(1, most, 0).ok());
+  auto past = e->Decode(1, std::span<const Token>(all.data() + cap - 1, 2), cap - 1);
+  ASSERT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(past.status().message().find("lane 1"), std::string_view::npos) << past.status();
+  EXPECT_EQ(e->Prefill(1, std::span<const Token>(all.data() + cap - 1, 2), cap - 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->SequenceLength(1), cap - 1);
+  EXPECT_TRUE(e->Decode(1, std::span<const Token>(all.data() + cap - 1, 1), cap - 1).ok());  // the last cell
+}
+
 }  // namespace

@@ -112,23 +112,27 @@ Status Engine::CheckCut(int32_t seq, int32_t n_tokens) const {
   return absl::OkStatus();
 }
 
-Status Engine::CheckAppend(int32_t lane, int32_t pos0) const {
+Status Engine::CheckAppend(int32_t lane, int32_t pos0, size_t rows) const {
   SKIPPY_RETURN_IF_ERROR(CheckLane(lane));
   const int32_t have = SequenceLength(lane);
   if (pos0 != have) {
     return absl::InvalidArgumentError(
         StrCat("decode must append: lane ", lane, " holds ", have, " tokens, asked to write at ", pos0));
   }
+  if (static_cast<int64_t>(pos0) + static_cast<int64_t>(rows) > LaneCapacity()) {
+    return absl::InvalidArgumentError(StrCat("lane ", lane, ": ", rows, " tokens at position ", pos0, " end past its ",
+                                             LaneCapacity(), " cells"));
+  }
   return absl::OkStatus();
 }
 
 StatusOr<std::vector<float>> Engine::Decode(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
-  SKIPPY_RETURN_IF_ERROR(CheckAppend(lane, pos0));
+  SKIPPY_RETURN_IF_ERROR(CheckAppend(lane, pos0, tokens.size()));
   return context_->Decode(tokens, pos0, lane);
 }
 
 Status Engine::Prefill(int32_t lane, std::span<const Token> tokens, int32_t pos0) {
-  SKIPPY_RETURN_IF_ERROR(CheckAppend(lane, pos0));
+  SKIPPY_RETURN_IF_ERROR(CheckAppend(lane, pos0, tokens.size()));
   return context_->Prefill(tokens, pos0, lane);
 }
 

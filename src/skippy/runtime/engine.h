@@ -240,8 +240,8 @@ class Engine {
  private:
   Engine() = default;
   Status CheckLane(int32_t lane) const;
-  // A valid lane holding exactly pos0 tokens (decodes only append).
-  Status CheckAppend(int32_t lane, int32_t pos0) const;
+  // A valid lane holding exactly pos0 tokens (decodes only append), with room for `rows` more.
+  Status CheckAppend(int32_t lane, int32_t pos0, size_t rows = 0) const;
   Status CheckCacheSeq(int32_t seq) const;
   Status CheckSeq(int32_t seq) const;
   Status CheckCut(int32_t seq, int32_t n_tokens) const;
