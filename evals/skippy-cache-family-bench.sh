@@ -37,7 +37,8 @@ say() { printf '[family-bench %4ss] %s\n' "$(( $(date +%s) - start ))" "$*" >&2;
 
 if [ "${SKIPPY_CACHE_SKIP_BUILD:-0}" != 1 ]; then
   say "step 1/5: build (bootstrap installs what is missing)"
-  eval "$(scripts/bootstrap.sh)"
+  bootstrap_env=$(scripts/bootstrap.sh)  # an assignment keeps its exit status for set -e
+  eval "$bootstrap_env"
   cmake -S . -B build -G Ninja -DLLAMA_CPP_SOURCE_DIR="$LLAMA_CPP_SOURCE_DIR" \
     -DLLAMA_CPP_BUILD_DIR="$LLAMA_CPP_BUILD_DIR" >/dev/null
   cmake --build build -j "$(nproc)" --target skippy-zoo skippy-correctness skippy-bench >&2

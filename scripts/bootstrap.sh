@@ -214,17 +214,29 @@ resolve_llama() {
     # A tree of the user's own is built as it is, without the patch series.
     [ -f "$LLAMA_CPP_SOURCE_DIR/include/llama.h" ] || die "LLAMA_CPP_SOURCE_DIR=$LLAMA_CPP_SOURCE_DIR is not a llama.cpp tree"
     src=$LLAMA_CPP_SOURCE_DIR
-    key="custom-$( (git -C "$src" rev-parse HEAD 2>/dev/null || echo nogit) | cut -c1-12)-$key_opts"
+    # Keyed by its path and contents: a git tree by its commit and uncommitted changes, any other
+    # by its newest file, so an edited tree is built anew rather than served from an older build.
+    local tree
+    if git -C "$src" rev-parse HEAD >/dev/null 2>&1; then
+      tree=$( { realpath "$src"; git -C "$src" rev-parse HEAD; git -C "$src" diff HEAD; } | sha256sum | cut -c1-12)
+    else
+      tree=$( { realpath "$src"; find "$src" -type f -printf '%T@ %p\n' | sort -n | tail -1; } | sha256sum | cut -c1-12)
+    fi
+    key="custom-$tree-$key_opts"
     ensure_build "$src" "$CACHE_DIR/llama.cpp/build-$key" LLAMA_TARGETS LLAMA_OUTPUTS
     SRC_DIR=$src; BUILD_DIR="$CACHE_DIR/llama.cpp/build-$key"
     return
   fi
   src="$CACHE_DIR/llama.cpp/src-$LLAMA_TAG-${LLAMA_COMMIT:0:12}"
   key="$LLAMA_TAG-${LLAMA_COMMIT:0:12}-$key_opts"
+  # One fetcher at a time: two first runs would share $src.partial.
+  exec 7>"$src.lock"
+  flock 7
   if [ ! -f "$src/.skippy-fetched" ] || [ "$(git -C "$src" rev-parse HEAD 2>/dev/null)" != "$LLAMA_COMMIT" ]; then
     fetch_source "$src"
     touch "$src/.skippy-fetched"
   fi
+  flock -u 7
   local stock="$CACHE_DIR/llama.cpp/build-$key"
   ensure_build "$src" "$stock" LLAMA_TARGETS LLAMA_OUTPUTS
   [ -n "$(patch_series)" ] || { SRC_DIR=$src; BUILD_DIR=$stock; return; }

@@ -18,7 +18,8 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(request chat state disk_entry gguf)
 
-eval "$(SKIPPY_APT_EXTRA="clang-14 libclang-rt-14-dev" scripts/bootstrap.sh)"
+bootstrap_env=$(SKIPPY_APT_EXTRA="clang-14 libclang-rt-14-dev" scripts/bootstrap.sh)  # keeps its exit status for set -e
+eval "$bootstrap_env"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPPY_FUZZ=ON \
   -DLLAMA_CPP_SOURCE_DIR="$LLAMA_CPP_SOURCE_DIR" -DLLAMA_CPP_BUILD_DIR="$LLAMA_CPP_BUILD_DIR" >/dev/null

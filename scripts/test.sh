@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-eval "$(scripts/bootstrap.sh)"
+# An assignment keeps the bootstrap's exit status for set -e (eval "$(...)" would not).
+bootstrap_env=$(scripts/bootstrap.sh)
+eval "$bootstrap_env"
 jobs=$(nproc)
 cmake -S . -B build -G Ninja \
   -DLLAMA_CPP_SOURCE_DIR="$LLAMA_CPP_SOURCE_DIR" -DLLAMA_CPP_BUILD_DIR="$LLAMA_CPP_BUILD_DIR" >/dev/null
