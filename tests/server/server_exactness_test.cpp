@@ -1195,14 +1195,23 @@ TEST(ExactMinBatch, AWrongClaimTurnsTheCacheOff) {
 
 // Q4_K_M on llama.cpp's stock kernels: repacked products give a row other bits in other batch
 // sizes, the startup check fails, and the server serves every request recomputed, saying why.
+// --tpot-slo-ms cuts no prefill batch there either: a cut would make an answer depend on the lanes
+// decoding beside it, cache or not.
 TEST(BatchInvariant, StockKernelsTurnTheCacheOffOnQ4KM) {
-  auto on = ServerProcess::Start("llama.Q4_K_M", {"-c", "512", "--no-batch-invariant"}, "llama-q4km-stock");
-  ASSERT_TRUE(on);
+  auto on = ServerProcess::Start("llama.Q4_K_M", {"-c", "512", "--no-batch-invariant", "--tpot-slo-ms", "0.001"},
+                                 "llama-q4km-stock");
+  auto off = ServerProcess::Start("llama.Q4_K_M", {"-c", "512", "--no-batch-invariant", "--tpot-slo-ms", "0.001",
+                                                   "--no-cache"}, "llama-q4km-stock-off");
+  ASSERT_TRUE(on && off);
   auto c = on->Client();
   const json j = json::parse(c->Get("/cache/stats")->body);
   EXPECT_FALSE(j.value("batch_invariant", true)) << j.dump();
   EXPECT_FALSE(j.value("enabled", true)) << j.dump();
   EXPECT_NE(j.value("disabled_reason", std::string()).find("batch-split"), std::string::npos) << j.dump();
+  for (ServerProcess* server : {on.get(), off.get()}) {
+    const json slo = json::parse(server->Client()->Get("/cache/stats")->body)["slo"];
+    EXPECT_NE(slo.value("cuts_off_reason", std::string()).find("batch-split"), std::string::npos) << slo.dump();
+  }
   const std::vector<int> prompt = TokenRun(0, 150);
   for (int i = 0; i < 2; ++i) {
     auto [st, a] = PostJson(*c, "/completion", {{"prompt", prompt}, {"n_predict", 2}, {"temperature", 0}});

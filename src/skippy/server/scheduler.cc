@@ -150,15 +150,22 @@ Status Scheduler::Load() {
     lo.disabled_reason = StrCat("the family is not certified: ", engine_->family().reason);
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
   }
-  if (lo.enabled && engine_->family().enabled) {
+  const bool serves = lo.enabled && engine_->family().enabled;
+  if (serves || options_.tpot_slo_ms > 0) {
     // Restores are exact only if prefill results do not depend on where batches are cut (above
     // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
+    // --tpot-slo-ms cuts a prompt's batches where other lanes' steps leave room: with the cache off
+    // too, an answer would then depend on the traffic beside it unless the same proof holds.
     lane_cache::ServeCheck check = lane_cache::CheckBeforeServing(*engine_);
     batch_split_json_ = std::move(check.report);
-    if (!check.passed) {
+    if (!check.passed && serves) {
       lo.enabled = false;
       lo.disabled_reason = check.reason;
       std::fprintf(stderr, "skippy-server: the cache is off: %s\n", check.reason.c_str());
+    }
+    if (!check.passed && options_.tpot_slo_ms > 0) {
+      slo_cuts_off_ = check.reason;
+      std::fprintf(stderr, "skippy-server: --tpot-slo-ms cuts no prefill batch: %s\n", check.reason.c_str());
     }
   }
   if (options_.cut_cost_rows >= 0) {
@@ -565,6 +572,7 @@ nlohmann::json Scheduler::CacheStats() const {
   j["slo"] = {{"ttft_ms", options_.ttft_slo_ms},
               {"tpot_ms", options_.tpot_slo_ms},
               {"batches_cut", batches_cut_.load()},
+              {"cuts_off_reason", slo_cuts_off_},
               {"prefill_row_ms", prefill_row_ms_.load()},
               {"decode_lane_ms", decode_lane_ms_.load()}};
   return j;
@@ -914,6 +922,7 @@ size_t Scheduler::PrefillRowsNow(const Lane* lane) const {
 
 size_t Scheduler::PlanChunk(int32_t id) {
   Lane& lane = lanes_[id];
+  if (!slo_cuts_off_.empty()) return lane.chunk_ends[lane.next_chunk];
   if (const size_t rows = PrefillRowsNow(&lane); lane.chunk_ends[lane.next_chunk] - lane.pos > rows) {
     if (std::optional<std::vector<size_t>> ends = cache_->CutBatch(id, lane.pos, rows)) {
       lane.chunk_ends = std::move(*ends);

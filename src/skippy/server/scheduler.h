@@ -243,7 +243,7 @@ class Scheduler {
   // `planned_end`: the chunk's end as PlanChunk already planned it (0: plan it now).
   std::vector<int32_t> PrefillChunk(int32_t lane_id, std::span<const int32_t> decoding = {}, size_t planned_end = 0);
   // The lane's next chunk end, its planned batch first cut to PrefillRowsNow() where it is longer
-  // (LaneCache::CutBatch, which rewrites the lane's chunk_ends).
+  // (LaneCache::CutBatch, which rewrites the lane's chunk_ends) and cuts are proven exact.
   size_t PlanChunk(int32_t lane_id);
   struct PlannedChunk {
     int32_t lane = 0;
@@ -291,6 +291,9 @@ class Scheduler {
   std::unique_ptr<lane_cache::LaneCache> cache_;
   CacheEventLog events_;
   nlohmann::json batch_split_json_;  // the startup check's report (null when it did not run)
+  // Why --tpot-slo-ms cuts no prefill batch (the startup check failed on this model); "" when it
+  // may. Set once before serving.
+  std::string slo_cuts_off_;
   nlohmann::json cut_cost_json_;     // lane_cache::MeasureCutCost's (null when it did not run)
   nlohmann::json learned_json_;      // CertifyLearnedFamily's summary (null for a table family)
   std::string model_name_;

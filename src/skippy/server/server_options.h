@@ -69,6 +69,8 @@ struct ServerOptions {
   // --tpot-slo-ms: while lanes decode, a prefill runs only as many rows at a time as keep every
   // decoding lane's mean time per output token within this (step_budget.h), cutting a planned
   // batch where both pieces keep their class; 0: no bound (a turn prefills up to prefill_chunk rows).
+  // Cuts only where the startup batch-split check passes on the model (it runs for this, cache off
+  // or not): elsewhere a cut would make an answer depend on the other lanes' traffic.
   double tpot_slo_ms = 0;
   // --ttft-slo-ms: with lanes together, a prefill that can no longer get its first token out
   // within this of its arrival (at the measured cost per row) goes after those that still can
