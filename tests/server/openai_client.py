@@ -1,10 +1,12 @@
 """Drives skippy-server with the official openai Python package (v1): a chat completion, its greedy
-repeat from the cache, a completion, a streamed chat, log-probabilities and a wrong key.
+repeat from the cache, a completion, a streamed chat, log-probabilities, structured output (a JSON
+schema in response_format) and a wrong key.
 
     python3 openai_client.py PACKAGES_DIR BASE_URL API_KEY
 
 Exits non-zero (with a message) on any failure.
 """
+import json
 import sys
 
 packages, base_url, api_key = sys.argv[1:4]
@@ -54,6 +56,19 @@ for chunk in client.chat.completions.create(model=model, messages=[{"role": "use
         finish = chunk.choices[0].finish_reason
 check(chunks >= 2, "streamed chunks")
 check(finish in ("length", "stop"), "stream finish reason")
+
+schema = {"type": "object", "properties": {"answer": {"enum": ["left", "right"]}}, "required": ["answer"],
+          "additionalProperties": False}
+structured = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "Left or right?"}], max_tokens=200, temperature=0,
+    response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": schema, "strict": True}})
+try:
+    picked = json.loads(structured.choices[0].message.content)
+except ValueError:
+    picked = None
+check(isinstance(picked, dict) and picked.get("answer") in ("left", "right") and len(picked) == 1,
+      "a response_format JSON schema shapes the answer: " + repr(structured.choices[0].message.content))
+check(structured.choices[0].finish_reason == "stop", "a structured answer ends with the schema")
 
 try:
     openai.OpenAI(base_url=base_url, api_key="wrong", max_retries=0).models.list()

@@ -134,6 +134,8 @@ std::vector<BadRequest> FieldMutations() {
       {"repeat_last_n", plus(not_int, {-1, 1 << 21})},
       {"cache_prompt", not_bool},
       {"user", not_string},
+      {"grammar", plus(not_string, {"root ::= (", "root ::= root \"a\"", "x ::= \"a\"", "root ::= \"a\"{5000}"})},
+      {"json_schema", {"{}", 1, true, json::array(), json{{"$ref", "#/nowhere"}}}},
   };
   struct Endpoint {
     std::string path;
@@ -152,6 +154,8 @@ std::vector<BadRequest> FieldMutations() {
       {"/v1/chat/completions", {{"messages", json::array({{{"role", "user"}, {"content", "hello"}}})}, {"max_tokens", 1}},
        {{"max_tokens", plus(not_int, {-1, 100000})}, {"max_completion_tokens", plus(not_int, {-3})},
         {"logprobs", {"x", 1.5, json::array()}}, {"top_logprobs", {-1, 21, "2", 3}},
+        {"response_format", {"text", 1, json::object(), json{{"type", "xml"}}, json{{"type", "json_schema"}, {"json_schema", "x"}},
+                             json{{"type", "json_object"}, {"schema", 5}}}},
         {"messages", {"hi", 1, json::array(), json::array({1}), json::array({{{"role", ""}, {"content", "x"}}}),
                       json::array({{{"role", "user"}, {"content", 1}}}),
                       json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}}),

@@ -428,7 +428,6 @@ TEST_F(ServerHttp, WhatOpenAiClientsSendAskingForNothingMoreIsAccepted) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
            {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
            {"tool_choice", "required"},
-           {"response_format", {{"type", "json_object"}}},
            {"logit_bias", {{"5", 10}}}}) {
     json bad = req;
     bad[key] = value;
@@ -445,6 +444,63 @@ TEST_F(ServerHttp, WhatOpenAiClientsSendAskingForNothingMoreIsAccepted) {
   ASSERT_EQ(sp, 200) << parts.dump();
   ASSERT_EQ(sj, 200) << joined.dump();
   EXPECT_EQ(parts["prompt"], joined["prompt"]);
+}
+
+// On random weights the model writes anything; a grammar or a JSON schema leaves it only the texts
+// they accept, and an answer that completes them ends there (the grammar then allows only the end
+// of generation). An exact repeat (the stored logits of its first token) answers the same.
+TEST_F(ServerHttp, GrammarsAndJsonSchemasConstrainTheAnswer) {
+  auto c = Client();
+  for (int i = 0; i < 4; ++i) {
+    std::string first;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      auto [s, r] = PostJson(*c, "/completion", {{"prompt", skippy::StrCat("Answer yes or no, question ", i)}, {"n_predict", 16},
+                                                 {"temperature", 0}, {"grammar", R"(root ::= "yes" | "no")"}});
+      ASSERT_EQ(s, 200) << r.dump();
+      const std::string text = r.value("content", "");
+      EXPECT_TRUE(text == "yes" || text == "no") << text;
+      EXPECT_EQ(r.value("stop_type", ""), "eos") << r.dump();
+      if (repeat == 0) first = text;
+      EXPECT_EQ(text, first);
+    }
+  }
+  const json schema = {{"type", "object"},
+                       {"properties", {{"answer", {{"enum", {"left", "right"}}}}}},
+                       {"required", {"answer"}},
+                       {"additionalProperties", false}};
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "left or right?"}}}}, {"max_tokens", 200}};
+  std::vector<json> asks;
+  for (const json& extra : {json{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "pick"}, {"schema", schema}}}}}},
+                            json{{"response_format", {{"type", "json_object"}, {"schema", schema}}}},
+                            json{{"json_schema", schema}}}) {
+    json req = chat;
+    req.update(extra);
+    asks.push_back(req);
+  }
+  for (const json& req : asks) {
+    auto [s, r] = PostJson(*c, "/v1/chat/completions", req);
+    ASSERT_EQ(s, 200) << r.dump();
+    const std::string content = r["choices"][0]["message"].value("content", "");
+    const json parsed = json::parse(content, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << content;
+    EXPECT_EQ(parsed.size(), 1u) << content;
+    EXPECT_TRUE(parsed.value("answer", "") == "left" || parsed.value("answer", "") == "right") << content;
+    EXPECT_EQ(r["choices"][0].value("finish_reason", ""), "stop") << r.dump();
+  }
+  // The same grammar over /v1/completions, streamed: the chunks join to an accepted text.
+  auto res = c->Post("/v1/completions",
+                     json{{"prompt", "Answer yes or no"}, {"max_tokens", 16}, {"stream", true},
+                          {"grammar", R"(root ::= "yes" | "no")"}}.dump(),
+                     "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string streamed;
+  for (const std::string& d : SseData(res->body)) {
+    if (d == "[DONE]") continue;
+    const json chunk = json::parse(d);
+    if (!chunk["choices"].empty()) streamed += chunk["choices"][0].value("text", "");
+  }
+  EXPECT_TRUE(streamed == "yes" || streamed == "no") << streamed;
 }
 
 TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
@@ -482,6 +538,20 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
        R"({"messages":[{"role":"user","content":[{"type":[],"text":"x"}]}]})", 400},
       {"n_probs on openai", "/v1/completions", R"({"prompt":"x","n_probs":2})", 400},
       {"empty prompt", "/completion", R"({"prompt":""})", 400},
+      {"grammar that does not parse", "/completion", R"({"prompt":"x","grammar":"root ::= ("})", 400},
+      {"left-recursive grammar", "/completion", R"({"prompt":"x","grammar":"root ::= root \"a\""})", 400},
+      {"grammar without root", "/v1/completions", R"({"prompt":"x","grammar":"answer ::= \"a\""})", 400},
+      {"grammar repetition past the limit", "/completion", R"({"prompt":"x","grammar":"root ::= \"a\"{5000}"})", 400},
+      {"grammar and json_schema", "/completion", R"({"prompt":"x","grammar":"root ::= \"a\"","json_schema":{}})", 400},
+      {"json_schema not an object", "/v1/completions", R"({"prompt":"x","json_schema":"{}"})", 400},
+      {"schema the converter refuses", "/completion", R"({"prompt":"x","json_schema":{"$ref":"#/nowhere"}})", 400},
+      {"response_format of no known type", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})", 400},
+      {"response_format schema not an object", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object","schema":5}})", 400},
+      {"response_format and json_schema", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"json_schema":{}})", 400},
+      {"response_format on completions", "/v1/completions", R"({"prompt":"x","response_format":{"type":"text"}})", 400},
       {"oversized body", "/completion", "{\"prompt\":\"" + big + "\"}", 413},
   };
   // Prompt longer than the context (512): a token array of 600 ids.

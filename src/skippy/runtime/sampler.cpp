@@ -1,10 +1,14 @@
 #include "skippy/runtime/sampler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <exception>
 #include <vector>
 
+#include "common/json-schema-to-grammar.h"  // llama.cpp's converter (cmake/llama_common.cmake)
 #include "llama.h"
 #include "skippy/common/strings.h"
+#include "skippy/runtime/llama_backend.h"
 
 namespace skippy::runtime {
 
@@ -28,11 +32,77 @@ Status Sampler::Validate(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The grammar sampler for `grammar`, or InvalidArgument with llama.cpp's reason (its parser logs
+// it and returns nullptr: a syntax error, no `root` rule, left recursion, a repetition past its
+// limit).
+StatusOr<llama_sampler*> InitGrammar(const Model& model, const std::string& grammar) {
+  llama_sampler* g = nullptr;
+  try {
+    g = llama_sampler_init_grammar(llama_model_get_vocab(model.raw()), grammar.c_str(), "root");
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(StrCat("the grammar does not parse: ", e.what()));
+  }
+  if (g == nullptr) {
+    std::string why = TakeLlamaLogTail();
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return absl::InvalidArgumentError(StrCat("the grammar does not parse", why.empty() ? "" : ": ", why));
+  }
+  return g;
+}
+
+bool Masked(float logit) { return std::isinf(logit) && logit < 0; }
+
+// The token `chain` samples from `data` (every candidate, or those a grammar left), or greedy's
+// without a chain: the first maximum in id order. -1 when every candidate is masked.
+Token Pick(llama_sampler* chain, std::vector<llama_token_data>& data) {
+  if (chain == nullptr) {
+    const auto best = std::max_element(data.begin(), data.end(),
+                                       [](const llama_token_data& a, const llama_token_data& b) { return a.logit < b.logit; });
+    return best == data.end() || Masked(best->logit) ? -1 : best->id;
+  }
+  llama_token_data_array arr{data.data(), data.size(), -1, false};
+  llama_sampler_apply(chain, &arr);
+  if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) return -1;
+  return Masked(arr.data[arr.selected].logit) ? -1 : arr.data[arr.selected].id;
+}
+
+std::vector<llama_token_data> Candidates(std::span<const float> logits) {
+  std::vector<llama_token_data> data(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) data[i] = {static_cast<llama_token>(i), logits[i], 0.0f};
+  return data;
+}
+
+}  // namespace
+
+Status Sampler::ValidateGrammar(const Model& model, const std::string& grammar) {
+  if (grammar.empty()) return absl::OkStatus();
+  SKIPPY_ASSIGN_OR_RETURN(llama_sampler * g, InitGrammar(model, grammar));
+  llama_sampler_free(g);
+  return absl::OkStatus();
+}
+
 StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p, int32_t n_vocab,
                                                    std::span<const Token> history) {
+  return Make(p, n_vocab, nullptr, history);
+}
+
+StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p, const Model& model,
+                                                   std::span<const Token> history) {
+  return Make(p, model.n_vocab(), &model, history);
+}
+
+StatusOr<std::unique_ptr<Sampler>> Sampler::Make(const SamplingParams& p, int32_t n_vocab, const Model* model,
+                                                 std::span<const Token> history) {
   SKIPPY_RETURN_IF_ERROR(Validate(p));
   if (p.penalized() && n_vocab <= 0) return absl::InvalidArgumentError("penalties need the vocabulary size");
+  if (!p.grammar.empty() && model == nullptr) return absl::InvalidArgumentError("a grammar needs the model's vocabulary");
   std::unique_ptr<Sampler> s(new Sampler());
+  // The grammar sees the generated tokens only, as llama-server's.
+  if (!p.grammar.empty()) {
+    SKIPPY_ASSIGN_OR_RETURN(s->grammar_, InitGrammar(*model, p.grammar));
+  }
   if (p.temperature <= 0.0f && !p.penalized()) return s;
   llama_sampler_chain_params cp = llama_sampler_chain_default_params();
   cp.no_perf = true;
@@ -60,21 +130,39 @@ StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p, int3
 
 Sampler::~Sampler() {
   if (chain_ != nullptr) llama_sampler_free(chain_);
+  if (grammar_ != nullptr) llama_sampler_free(grammar_);
 }
 
-Token Sampler::Sample(std::span<const float> logits) {
-  if (chain_ == nullptr) {
+StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
+  if (chain_ == nullptr && grammar_ == nullptr) {
     return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  std::vector<llama_token_data> data(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) data[i] = {static_cast<llama_token>(i), logits[i], 0.0f};
-  llama_token_data_array arr{data.data(), data.size(), -1, false};
-  llama_sampler_apply(chain_, &arr);
-  if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) {
-    return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<llama_token_data> data = Candidates(logits);
+  Token t = Pick(chain_, data);
+  if (t < 0) {
+    // Every logit -inf or NaN: the chain has nothing to draw from.
+    t = static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  const Token t = arr.data[arr.selected].id;
-  llama_sampler_accept(chain_, t);
+  if (grammar_ != nullptr) {
+    // As llama-server: the chain's token stands if the grammar allows it; otherwise the grammar
+    // masks every candidate and the chain samples again from what is left.
+    llama_token_data one{t, logits[static_cast<size_t>(t)], 0.0f};
+    llama_token_data_array single{&one, 1, -1, false};
+    llama_sampler_apply(grammar_, &single);
+    if (Masked(one.logit)) {
+      data = Candidates(logits);
+      llama_token_data_array all{data.data(), data.size(), -1, false};
+      llama_sampler_apply(grammar_, &all);
+      t = Pick(chain_, data);
+      if (t < 0) return absl::FailedPreconditionError("the grammar allows no token of this vocabulary here");
+    }
+    try {
+      llama_sampler_accept(grammar_, t);
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat("the grammar refused the token it allowed: ", e.what()));
+    }
+  }
+  if (chain_ != nullptr) llama_sampler_accept(chain_, t);
   return t;
 }
 
@@ -97,6 +185,15 @@ StatusOr<std::string> TokenPiece(const Model& model, Token token, bool special) 
   if (n < 0) return absl::InternalError("token_to_piece failed");
   out.resize(static_cast<size_t>(n));
   return out;
+}
+
+StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json) {
+  try {
+    // force_gbnf: llama.cpp built with llguidance would return its own format otherwise.
+    return json_schema_to_grammar(common_json::parse(schema_json), /*force_gbnf=*/true);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
 }
 
 }  // namespace skippy::runtime

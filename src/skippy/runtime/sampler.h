@@ -8,7 +8,11 @@
 //   - repetition penalties (llama-server's repeat, frequency and presence penalties over the last
 //     penalty_last_n tokens, the prompt's included, as llama-server counts them) come first in
 //     either case.
-// A Sampler is stateful (its RNG advances per sample); one per request.
+//   - a grammar (GBNF, llama.cpp's grammar format; GrammarFromJsonSchema makes one from a JSON
+//     schema) constrains the sampled tokens as llama-server's sampler does: the token the chain
+//     samples is kept when the grammar allows it, and otherwise the chain samples again from the
+//     tokens the grammar allows. Greedy takes the first allowed maximum either way.
+// A Sampler is stateful (its RNG advances per sample, its grammar per token); one per request.
 //
 // Thread-safety: a Sampler is used by one thread at a time; the free functions read an immutable
 // Model.
@@ -36,6 +40,7 @@ struct SamplingParams {
   float repeat_penalty = 1.0f;    // 1: off; a logit is divided by it (multiplied when negative)
   float frequency_penalty = 0.0f; // subtracted once per occurrence
   float presence_penalty = 0.0f;  // subtracted once for any occurrence
+  std::string grammar;            // GBNF with a `root` rule; "": none
   bool penalized() const {
     return penalty_last_n != 0 && (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
   }
@@ -47,22 +52,39 @@ class Sampler {
   // penalty window outside [0, 2^20], a repeat penalty outside [0.001, 10] or a frequency or
   // presence penalty outside [-2, 2]. `history`: the tokens before the first sampled one (the
   // prompt), which the penalties count; n_vocab: the model's (token ids below it).
+  // Without a model, a grammar is InvalidArgument.
   [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, int32_t n_vocab = 0,
                                                                  std::span<const Token> history = {});
-  // Create's checks alone (a server runs them before it answers 200).
+  // With the model's vocabulary, which a grammar needs (InvalidArgument for one that does not parse).
+  [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, const Model& model,
+                                                                 std::span<const Token> history = {});
+  // Create's checks alone (a server runs them before it answers 200); the grammar's with a model.
   [[nodiscard]] static Status Validate(const SamplingParams& params);
+  [[nodiscard]] static Status ValidateGrammar(const Model& model, const std::string& grammar);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // REQUIRES: logits non-empty (one value per vocabulary entry).
-  Token Sample(std::span<const float> logits);
+  // REQUIRES: logits non-empty (one value per vocabulary entry). FailedPrecondition when the
+  // grammar allows no token of the vocabulary here (a grammar that is complete on a vocabulary
+  // without an end-of-generation token, or one that needs text no token spells); the sampler's
+  // state is then unchanged.
+  [[nodiscard]] StatusOr<Token> Sample(std::span<const float> logits);
   bool greedy() const { return chain_ == nullptr; }
 
  private:
   Sampler() = default;
-  llama_sampler* chain_ = nullptr;  // nullptr for greedy
+  static StatusOr<std::unique_ptr<Sampler>> Make(const SamplingParams& params, int32_t n_vocab, const Model* model,
+                                                 std::span<const Token> history);
+  llama_sampler* chain_ = nullptr;    // nullptr for greedy
+  llama_sampler* grammar_ = nullptr;  // nullptr without a grammar
 };
+
+// A GBNF grammar that accepts exactly the JSON texts a JSON schema describes (llama.cpp's
+// converter, as llama-server's json_schema and response_format use it). `schema_json`: the schema
+// as JSON text; "{}" accepts any JSON object. InvalidArgument with the converter's reasons for a
+// schema it cannot convert.
+[[nodiscard]] StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json);
 
 // True for end-of-generation tokens (EOS, EOT, ...). False for ids outside the vocabulary.
 bool IsEndOfGeneration(const Model& model, Token token);

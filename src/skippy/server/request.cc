@@ -155,7 +155,7 @@ Status CheckFields(Endpoint endpoint, const json& body) {
   static const std::set<std::string, std::less<>> kCommon = {
       "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
       "cache_salt", "user", "n", "ignore_eos", "presence_penalty", "frequency_penalty", "logprobs", "cache_prompt",
-      "return_tokens", "logit_bias", "repeat_penalty", "repeat_last_n"};
+      "return_tokens", "logit_bias", "repeat_penalty", "repeat_last_n", "grammar", "json_schema"};
   static const std::set<std::string, std::less<>> kCompletion = {"prompt", "echo", "suffix", "best_of"};
   static const std::set<std::string, std::less<>> kChat = {
       "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
@@ -311,6 +311,52 @@ Status ParseFlags(const json& body, GenerationRequest& r) {
   return absl::OkStatus();
 }
 
+// A constraint on the generated text, as a GBNF grammar in r.sampling.grammar: llama-server's
+// `grammar` (GBNF) or `json_schema`, or on chat OpenAI's `response_format` (json_object, with an
+// optional "schema" as llama-server reads it; json_schema, its json_schema.schema). One of them at
+// most; a schema is converted here, so one the converter refuses is a 400 before anything runs.
+Status ParseOutputFormat(Endpoint endpoint, const json& body, GenerationRequest& r) {
+  SKIPPY_ASSIGN_OR_RETURN(auto grammar, GetString(body, "grammar"));
+  const json* schema = Get(body, "json_schema");
+  if (schema && !schema->is_object()) return TypeError("json_schema", "an object (a JSON schema)");
+  const char* schema_field = "json_schema";
+  const json any_object = json::object();
+  if (const json* rf = endpoint == Endpoint::kChatCompletions ? Get(body, "response_format") : nullptr) {
+    const json* type = rf->is_object() ? Get(*rf, "type") : nullptr;
+    if (!type || !type->is_string()) return TypeError("response_format", "an object with a string 'type'");
+    const json* wanted = nullptr;
+    if (*type == "json_object") {
+      wanted = Get(*rf, "schema");
+      if (!wanted) wanted = &any_object;
+      schema_field = "response_format.schema";
+    } else if (*type == "json_schema") {
+      const json* js = Get(*rf, "json_schema");
+      if (js && !js->is_object()) return TypeError("response_format.json_schema", "an object");
+      wanted = js ? Get(*js, "schema") : nullptr;
+      if (!wanted) wanted = &any_object;
+      schema_field = "response_format.json_schema.schema";
+    } else if (*type != "text") {
+      return absl::InvalidArgumentError("field 'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+    if (wanted) {
+      if (!wanted->is_object()) return TypeError(schema_field, "an object (a JSON schema)");
+      if (schema) return absl::InvalidArgumentError("give a JSON schema in 'json_schema' or in 'response_format', not both");
+      schema = wanted;
+    }
+  }
+  if (grammar && !grammar->empty() && schema) {
+    return absl::InvalidArgumentError("give either a grammar or a JSON schema, not both");
+  }
+  if (schema) {
+    auto converted = runtime::GrammarFromJsonSchema(schema->dump());
+    if (!converted.ok()) return absl::InvalidArgumentError(StrCat("field '", schema_field, "': ", converted.status().message()));
+    r.sampling.grammar = *std::move(converted);
+  } else if (grammar) {
+    r.sampling.grammar = *std::move(grammar);
+  }
+  return absl::OkStatus();
+}
+
 // Fields OpenAI clients send that skippy does not implement: accepted with their neutral values only.
 Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest& r) {
   SKIPPY_ASSIGN_OR_RETURN(auto n, GetInt(body, "n"));
@@ -348,8 +394,8 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
     return InvalidRequest("unsupported_field", "unsupported: 'logit_bias' must be empty");
   }
   if (endpoint == Endpoint::kChatCompletions) {
-    // Function calling and structured output are not implemented: accepted only when they ask for
-    // nothing (no tools; a tool choice of none or auto among no tools; plain text).
+    // Function calling is not implemented: accepted only when it asks for nothing (no tools; a tool
+    // choice of none or auto among no tools).
     if (const json* t = Get(body, "tools"); t && !(t->is_array() && t->empty())) {
       return InvalidRequest("unsupported_field", "unsupported: 'tools' (function calling) must be empty");
     }
@@ -358,10 +404,6 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
     }
     SKIPPY_ASSIGN_OR_RETURN(auto parallel, GetBool(body, "parallel_tool_calls"));
     (void)parallel;  // no tools, no calls
-    const json* rf = Get(body, "response_format");
-    if (rf && !(rf->is_object() && rf->size() == 1 && rf->value("type", json()) == "text")) {
-      return InvalidRequest("unsupported_field", "unsupported: 'response_format' must be {\"type\": \"text\"}");
-    }
   }
   SKIPPY_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
   if (echo.value_or(false)) return InvalidRequest("unsupported_field", "unsupported: 'echo'");
@@ -397,6 +439,7 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   SKIPPY_RETURN_IF_ERROR(ParseFlags(body, r));
   SKIPPY_RETURN_IF_ERROR(ParseStop(body, r));
   SKIPPY_RETURN_IF_ERROR(ParseNeutralFields(endpoint, body, r));
+  SKIPPY_RETURN_IF_ERROR(ParseOutputFormat(endpoint, body, r));
   // The sampler's own checks, on the float values it will get (top_p 1e-320 is 0 as a float):
   // every request the engine would refuse is a 400 here, streamed or not.
   if (Status s = runtime::Sampler::Validate(r.sampling); !s.ok()) {
@@ -451,6 +494,9 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   }
   if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
   SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
+  if (Status s = runtime::Sampler::ValidateGrammar(model, request.sampling.grammar); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat("field 'grammar': ", s.message()));
+  }
   return out;
 }
 

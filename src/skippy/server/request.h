@@ -6,8 +6,12 @@
 //     silently run with defaults. Fields OpenAI clients commonly send that skippy does not
 //     implement are accepted only with their neutral value (n = 1,
 //     logprobs false/null, echo false, suffix null/"", logit_bias empty, tools empty, tool_choice
-//     "none"/"auto", response_format {"type": "text"}; in a message, tool_calls and annotations
-//     empty); other values are 400 "unsupported_field".
+//     "none"/"auto"; in a message, tool_calls and annotations empty); other values are 400
+//     "unsupported_field".
+//   - Constrained output: `grammar` (GBNF) or `json_schema` on every endpoint, and on chat
+//     `response_format` {"type": "text" | "json_object" | "json_schema"}, one of them at most,
+//     become SamplingParams::grammar; a schema that does not convert is a 400 here, a grammar that
+//     does not parse a 400 from PreparePrompt (which has the vocabulary).
 //   - A JSON null counts as absent, at the top level and in a message.
 //   - Types are strict: "max_tokens": "8" is 400.
 //   - max_tokens / n_predict: 0 evaluates the prompt only, n_predict -1 (or absent) means the
@@ -92,7 +96,8 @@ struct PreparedPrompt {
 [[nodiscard]] StatusOr<std::string> ApplyTemplate(const runtime::Model& model, const nlohmann::json& body,
                                                  const RequestLimits& limits = {});
 
-// Tokenizes (rendering chat messages with the model's template) and validates token ids.
+// Tokenizes (rendering chat messages with the model's template), validates token ids and the
+// grammar against the model's vocabulary.
 // InvalidArgument for an empty prompt or an id outside the vocabulary; with max_prompt_tokens > 0,
 // InvalidArgument "context_length_exceeded" for a text too long to hold that many tokens
 // (runtime::Model::MaxBytesPerToken), before it is tokenized: a long body then costs no

@@ -848,7 +848,7 @@ void Scheduler::StartJob(int32_t id) {
 
   runtime::SamplingParams sp = job.request().sampling;
   if (!job.request().seed_given) sp.seed = std::random_device{}();
-  auto sampler = runtime::Sampler::Create(sp, engine_->model().n_vocab(), prompt);
+  auto sampler = runtime::Sampler::Create(sp, engine_->model(), prompt);
   if (!sampler.ok()) {
     FinishLane(id, "", FromStatus(sampler.status()));
     return;
@@ -1107,7 +1107,14 @@ void Scheduler::EmitToken(int32_t id) {
     FinishLane(id, "length", std::nullopt);
     return;
   }
-  const Token tok = lane.sampler->Sample(lane.logits);
+  const StatusOr<Token> sampled = lane.sampler->Sample(lane.logits);
+  if (!sampled.ok()) {
+    // A grammar that allows no token here: the answer so far stands, with the reason.
+    cache_->AfterFirstToken(id, lane.logits);
+    FinishLane(id, "", FromStatus(sampled.status()));
+    return;
+  }
+  const Token tok = *sampled;
   if (lane.generated == 0) {
     lane.first_token = Clock::now();
     lane.timings.ttft_ms = MsBetween(job.arrival(), lane.first_token);
