@@ -568,6 +568,8 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"prompt over context", "context_length_exceeded"},
       {"token id past vocab", "invalid_prompt"},
       {"oversized body", "body_too_large"},
+      {"grammar that does not parse", "invalid_grammar"},
+      {"schema the converter refuses", "invalid_grammar"},
   };
   for (const Case& k : cases) {
     auto r = c->Post(k.path, k.body, "application/json");

@@ -47,6 +47,8 @@ StatusOr<llama_sampler*> InitGrammar(const Model& model, const std::string& gram
   if (g == nullptr) {
     std::string why = TakeLlamaLogTail();
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    // llama.cpp prints a syntax error's detail to stderr, and logs only this line.
+    if (why == "failed to parse grammar") why = "a syntax error (llama.cpp's GBNF)";
     return absl::InvalidArgumentError(StrCat("the grammar does not parse", why.empty() ? "" : ": ", why));
   }
   return g;

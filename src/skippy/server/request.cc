@@ -349,10 +349,14 @@ Status ParseOutputFormat(Endpoint endpoint, const json& body, GenerationRequest&
   }
   if (schema) {
     auto converted = runtime::GrammarFromJsonSchema(schema->dump());
-    if (!converted.ok()) return absl::InvalidArgumentError(StrCat("field '", schema_field, "': ", converted.status().message()));
+    if (!converted.ok()) {
+      return InvalidRequest("invalid_grammar", StrCat("field '", schema_field, "': ", converted.status().message()));
+    }
     r.sampling.grammar = *std::move(converted);
+    r.grammar_field = schema_field;
   } else if (grammar) {
     r.sampling.grammar = *std::move(grammar);
+    r.grammar_field = "grammar";
   }
   return absl::OkStatus();
 }
@@ -495,7 +499,7 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
   SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
   if (Status s = runtime::Sampler::ValidateGrammar(model, request.sampling.grammar); !s.ok()) {
-    return absl::InvalidArgumentError(StrCat("field 'grammar': ", s.message()));
+    return InvalidRequest("invalid_grammar", StrCat("field '", request.grammar_field, "': ", s.message()));
   }
   return out;
 }

@@ -51,6 +51,7 @@ struct GenerationRequest {
   std::vector<runtime::ChatMessage> messages;
   int64_t max_tokens = -1;  // -1: server default
   runtime::SamplingParams sampling;
+  std::string grammar_field;  // the field sampling.grammar came from ("grammar", "json_schema" ...)
   bool seed_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
