@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,6 +57,30 @@ TEST(Sampler, PenaltiesCountTheHistoryAndTheSampledTokensInTheirWindow) {
   EXPECT_EQ((*s)->Sample(kLogits).value_or(-1), 1);
   EXPECT_EQ((*s)->Sample(kLogits).value_or(-1), 2);  // 1 was sampled: 4 < 4.5
   EXPECT_EQ((*s)->Sample(kLogits).value_or(-1), 1);  // both penalized once: 4 > 3.5
+}
+
+TEST(Sampler, ALogitBiasComesFirstAndFalseBans) {
+  SamplingParams p;
+  p.logit_bias = {{1, -std::numeric_limits<float>::infinity()}};
+  EXPECT_EQ(Greedy(p, {}), 2);
+  p.logit_bias = {{3, 4.5f}};  // 1 + 4.5 > 5
+  EXPECT_EQ(Greedy(p, {}), 3);
+  p.logit_bias = {{1, -1.0f}};
+  p.presence_penalty = 0.1f;  // after the bias: 5 - 1 - 0.1 < 4.5
+  EXPECT_EQ(Greedy(p, {1}), 2);
+  // Banning every token leaves nothing to sample: an error, not a banned token.
+  p = {};
+  for (Token t = 0; t < kVocab; ++t) p.logit_bias.emplace_back(t, -std::numeric_limits<float>::infinity());
+  auto s = Sampler::Create(p, kVocab);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->Sample(kLogits).status().code(), absl::StatusCode::kFailedPrecondition);
+  for (auto bias : std::vector<std::pair<Token, float>>{{1, 101.0f}, {1, -100.5f}, {kVocab, 1.0f}, {-1, 1.0f},
+                                                        {1, std::numeric_limits<float>::quiet_NaN()},
+                                                        {1, std::numeric_limits<float>::infinity()}}) {
+    p = {};
+    p.logit_bias = {bias};
+    EXPECT_EQ(Sampler::Create(p, kVocab).status().code(), absl::StatusCode::kInvalidArgument) << bias.first;
+  }
 }
 
 TEST(Sampler, OutOfRangePenaltiesAreRefused) {

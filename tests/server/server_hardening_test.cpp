@@ -136,6 +136,9 @@ std::vector<BadRequest> FieldMutations() {
       {"user", not_string},
       {"grammar", plus(not_string, {"root ::= (", "root ::= root \"a\"", "x ::= \"a\"", "root ::= \"a\"{5000}"})},
       {"json_schema", {"{}", 1, true, json::array(), json{{"$ref", "#/nowhere"}}}},
+      {"logit_bias", {"x", 1, true, json{{"a", 1}}, json{{"5", 1e9}}, json{{"-1", 1}}, json{{"5", "x"}}, json{{"5", true}},
+                      json::array({1}), json::array({json::array({1, 2, 3})}), json::array({json::array({"a", 1})}),
+                      json{{"2147483648", 1}}, json{{"1000000000", 1}}}},
   };
   struct Endpoint {
     std::string path;

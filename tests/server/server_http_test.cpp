@@ -427,8 +427,7 @@ TEST_F(ServerHttp, WhatOpenAiClientsSendAskingForNothingMoreIsAccepted) {
   EXPECT_EQ(s, 200) << r.dump();
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
            {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
-           {"tool_choice", "required"},
-           {"logit_bias", {{"5", 10}}}}) {
+           {"tool_choice", "required"}}) {
     json bad = req;
     bad[key] = value;
     auto [sb, rb] = PostJson(*c, "/v1/chat/completions", bad);
@@ -503,6 +502,35 @@ TEST_F(ServerHttp, GrammarsAndJsonSchemasConstrainTheAnswer) {
   EXPECT_TRUE(streamed == "yes" || streamed == "no") << streamed;
 }
 
+// logit_bias, as OpenAI clients send it (token id keys) and as llama-server also takes it (pairs,
+// false to ban): a banned greedy token gives way to the next, a +100 bias makes its token the answer.
+TEST_F(ServerHttp, LogitBiasBansAndFavoursTokens) {
+  auto c = Client();
+  auto first_token = [&](const json& extra) {
+    json req = {{"prompt", "The logit bias decides"}, {"n_predict", 1}, {"temperature", 0}, {"return_tokens", true}};
+    req.update(extra);
+    auto [s, r] = PostJson(*c, "/completion", req);
+    EXPECT_EQ(s, 200) << r.dump();
+    return r.value("tokens", json::array()).empty() ? -1 : r["tokens"][0].get<int>();
+  };
+  const int greedy = first_token(json::object());
+  ASSERT_GE(greedy, 0);
+  const int banned = first_token({{"logit_bias", {{std::to_string(greedy), false}}}});
+  EXPECT_GE(banned, 0);
+  EXPECT_NE(banned, greedy);
+  EXPECT_EQ(first_token({{"logit_bias", json::array({json::array({greedy, false})})}}), banned);
+  const int favoured = greedy == 1000 ? 1001 : 1000;
+  EXPECT_EQ(first_token({{"logit_bias", {{std::to_string(favoured), 100}}}}), favoured);
+  // On chat, through the OpenAI field, with the repeat answered alike.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 3}, {"temperature", 0},
+                     {"logit_bias", {{std::to_string(favoured), 100}}}};
+  auto [s1, a] = PostJson(*c, "/v1/chat/completions", chat);
+  auto [s2, b] = PostJson(*c, "/v1/chat/completions", chat);
+  ASSERT_EQ(s1, 200) << a.dump();
+  ASSERT_EQ(s2, 200) << b.dump();
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+}
+
 TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
   auto c = Client();
   struct Case {
@@ -552,6 +580,11 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"response_format and json_schema", "/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"json_schema":{}})", 400},
       {"response_format on completions", "/v1/completions", R"({"prompt":"x","response_format":{"type":"text"}})", 400},
+      {"logit_bias key not a token id", "/v1/completions", R"({"prompt":"x","logit_bias":{"hello":5}})", 400},
+      {"logit_bias past the vocabulary", "/completion", R"({"prompt":"x","logit_bias":{"1000000000":5}})", 400},
+      {"logit_bias out of range", "/v1/completions", R"({"prompt":"x","logit_bias":{"5":101}})", 400},
+      {"logit_bias true", "/completion", R"({"prompt":"x","logit_bias":[[5,true]]})", 400},
+      {"logit_bias pair of one", "/completion", R"({"prompt":"x","logit_bias":[[5]]})", 400},
       {"oversized body", "/completion", "{\"prompt\":\"" + big + "\"}", 413},
   };
   // Prompt longer than the context (512): a token array of 600 ids.

@@ -12,7 +12,15 @@
 
 namespace skippy::runtime {
 
-Status Sampler::Validate(const SamplingParams& p) {
+Status Sampler::Validate(const SamplingParams& p, int32_t n_vocab) {
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f) && !(std::isinf(bias) && bias < 0)) {
+      return absl::InvalidArgumentError(StrCat("a logit bias must lie in [-100, 100] (or ban the token), not ", bias));
+    }
+    if (token < 0 || (n_vocab > 0 && token >= n_vocab)) {
+      return absl::InvalidArgumentError(StrCat("logit bias on token id ", token, ", outside the vocabulary"));
+    }
+  }
   if (!(p.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
   if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must lie in [0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must lie in [0, 1]");
@@ -97,18 +105,26 @@ StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p, cons
 
 StatusOr<std::unique_ptr<Sampler>> Sampler::Make(const SamplingParams& p, int32_t n_vocab, const Model* model,
                                                  std::span<const Token> history) {
-  SKIPPY_RETURN_IF_ERROR(Validate(p));
-  if (p.penalized() && n_vocab <= 0) return absl::InvalidArgumentError("penalties need the vocabulary size");
+  SKIPPY_RETURN_IF_ERROR(Validate(p, n_vocab));
+  if ((p.penalized() || !p.logit_bias.empty()) && n_vocab <= 0) {
+    return absl::InvalidArgumentError("penalties and a logit bias need the vocabulary size");
+  }
   if (!p.grammar.empty() && model == nullptr) return absl::InvalidArgumentError("a grammar needs the model's vocabulary");
   std::unique_ptr<Sampler> s(new Sampler());
   // The grammar sees the generated tokens only, as llama-server's.
   if (!p.grammar.empty()) {
     SKIPPY_ASSIGN_OR_RETURN(s->grammar_, InitGrammar(*model, p.grammar));
   }
-  if (p.temperature <= 0.0f && !p.penalized()) return s;
+  if (p.temperature <= 0.0f && !p.penalized() && p.logit_bias.empty()) return s;
   llama_sampler_chain_params cp = llama_sampler_chain_default_params();
   cp.no_perf = true;
   s->chain_ = llama_sampler_chain_init(cp);
+  if (!p.logit_bias.empty()) {
+    std::vector<llama_logit_bias> biases;
+    for (const auto& [token, bias] : p.logit_bias) biases.push_back({token, bias});
+    llama_sampler_chain_add(s->chain_, llama_sampler_init_logit_bias(n_vocab, static_cast<int32_t>(biases.size()),
+                                                                     biases.data()));
+  }
   if (p.penalized()) {
     llama_sampler_chain_add(s->chain_, llama_sampler_init_penalties(n_vocab, p.penalty_last_n, p.repeat_penalty,
                                                                     p.frequency_penalty, p.presence_penalty));
@@ -141,10 +157,7 @@ StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
   }
   std::vector<llama_token_data> data = Candidates(logits);
   Token t = Pick(chain_, data);
-  if (t < 0) {
-    // Every logit -inf or NaN: the chain has nothing to draw from.
-    t = static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  if (t < 0) return absl::FailedPreconditionError("no token is left to sample: every one is banned or -infinity");
   if (grammar_ != nullptr) {
     // As llama-server: the chain's token stands if the grammar allows it; otherwise the grammar
     // masks every candidate and the chain samples again from what is left.
@@ -156,7 +169,7 @@ StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
       llama_token_data_array all{data.data(), data.size(), -1, false};
       llama_sampler_apply(grammar_, &all);
       t = Pick(chain_, data);
-      if (t < 0) return absl::FailedPreconditionError("the grammar allows no token of this vocabulary here");
+      if (t < 0) return absl::FailedPreconditionError("the grammar allows none of the tokens left here");
     }
     try {
       llama_sampler_accept(grammar_, t);

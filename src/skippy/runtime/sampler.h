@@ -5,6 +5,7 @@
 // equal seed, the sampled sequence is equal.
 //   - temperature <= 0: greedy, the lowest token id among the maxima (deterministic, no RNG).
 //   - temperature > 0: llama.cpp's sampler chain top_k -> top_p -> min_p -> temperature -> dist(seed).
+//   - a logit bias per token comes first of all, as in llama-server's chain.
 //   - repetition penalties (llama-server's repeat, frequency and presence penalties over the last
 //     penalty_last_n tokens, the prompt's included, as llama-server counts them) come first in
 //     either case.
@@ -22,6 +23,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "skippy/common/status.h"
 #include "skippy/runtime/model.h"
@@ -41,6 +44,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f; // subtracted once per occurrence
   float presence_penalty = 0.0f;  // subtracted once for any occurrence
   std::string grammar;            // GBNF with a `root` rule; "": none
+  // Added to a token's logit before any other sampler, as llama-server's logit_bias: in
+  // [-100, 100], or -infinity to ban the token. Token ids below the vocabulary size.
+  std::vector<std::pair<Token, float>> logit_bias;
   bool penalized() const {
     return penalty_last_n != 0 && (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f);
   }
@@ -49,8 +55,9 @@ struct SamplingParams {
 class Sampler {
  public:
   // InvalidArgument for a negative temperature, top_p outside [0, 1], min_p outside [0, 1], a
-  // penalty window outside [0, 2^20], a repeat penalty outside [0.001, 10] or a frequency or
-  // presence penalty outside [-2, 2]. `history`: the tokens before the first sampled one (the
+  // penalty window outside [0, 2^20], a repeat penalty outside [0.001, 10], a frequency or
+  // presence penalty outside [-2, 2], or a logit bias outside [-100, 100] (but -infinity) or on a
+  // token id outside [0, n_vocab). `history`: the tokens before the first sampled one (the
   // prompt), which the penalties count; n_vocab: the model's (token ids below it).
   // Without a model, a grammar is InvalidArgument.
   [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, int32_t n_vocab = 0,
@@ -58,17 +65,19 @@ class Sampler {
   // With the model's vocabulary, which a grammar needs (InvalidArgument for one that does not parse).
   [[nodiscard]] static StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, const Model& model,
                                                                  std::span<const Token> history = {});
-  // Create's checks alone (a server runs them before it answers 200); the grammar's with a model.
-  [[nodiscard]] static Status Validate(const SamplingParams& params);
+  // Create's checks alone (a server runs them before it answers 200; with n_vocab 0, the logit
+  // bias's token ids are not checked); the grammar's with a model.
+  [[nodiscard]] static Status Validate(const SamplingParams& params, int32_t n_vocab = 0);
   [[nodiscard]] static Status ValidateGrammar(const Model& model, const std::string& grammar);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // REQUIRES: logits non-empty (one value per vocabulary entry). FailedPrecondition when the
-  // grammar allows no token of the vocabulary here (a grammar that is complete on a vocabulary
-  // without an end-of-generation token, or one that needs text no token spells); the sampler's
-  // state is then unchanged.
+  // REQUIRES: logits non-empty (one value per vocabulary entry). FailedPrecondition when no token
+  // is left to sample: the grammar allows none of the vocabulary here (a grammar complete on a
+  // vocabulary without an end-of-generation token, or one that needs text no token spells), the
+  // logit bias banned every token the grammar allows, or every logit is -infinity or NaN; the
+  // sampler's state is then unchanged.
   [[nodiscard]] StatusOr<Token> Sample(std::span<const float> logits);
   bool greedy() const { return chain_ == nullptr; }
 

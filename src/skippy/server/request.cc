@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string_view>
 
@@ -361,6 +362,47 @@ Status ParseOutputFormat(Endpoint endpoint, const json& body, GenerationRequest&
   return absl::OkStatus();
 }
 
+// logit_bias as OpenAI sends it ({"token id": bias}) or as llama-server also takes it ([[token id,
+// bias], ...]); a bias of false bans the token (llama-server's). Keys and entries that are text
+// rather than token ids are refused (llama-server tokenizes them). Ids are checked against the
+// vocabulary with the sampling values.
+Status ParseLogitBias(const json& body, GenerationRequest& r) {
+  const json* lb = Get(body, "logit_bias");
+  if (!lb) return absl::OkStatus();
+  auto bias_of = [](const json& v, const std::string& where) -> StatusOr<float> {
+    if (v.is_boolean() && !v.get<bool>()) return -std::numeric_limits<float>::infinity();
+    if (!v.is_number()) return TypeError(where, "a number in [-100, 100], or false");
+    return static_cast<float>(v.get<double>());
+  };
+  auto token_of = [](const json& v, const std::string& where) -> StatusOr<runtime::Token> {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return TypeError(where, "a token id");
+    }
+    return static_cast<runtime::Token>(v.get<int64_t>());
+  };
+  if (lb->is_object()) {
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      const std::string where = StrCat("logit_bias[\"", it.key(), "\"]");
+      const json id = json::parse(it.key(), nullptr, /*allow_exceptions=*/false);
+      SKIPPY_ASSIGN_OR_RETURN(runtime::Token token, token_of(id, StrCat("a key of logit_bias ('", it.key(), "')")));
+      SKIPPY_ASSIGN_OR_RETURN(float bias, bias_of(it.value(), where));
+      r.sampling.logit_bias.emplace_back(token, bias);
+    }
+  } else if (lb->is_array()) {
+    for (size_t i = 0; i < lb->size(); ++i) {
+      const json& e = (*lb)[i];
+      const std::string where = StrCat("logit_bias[", i, "]");
+      if (!e.is_array() || e.size() != 2) return TypeError(where, "a [token id, bias] pair");
+      SKIPPY_ASSIGN_OR_RETURN(runtime::Token token, token_of(e[0], StrCat(where, "[0]")));
+      SKIPPY_ASSIGN_OR_RETURN(float bias, bias_of(e[1], StrCat(where, "[1]")));
+      r.sampling.logit_bias.emplace_back(token, bias);
+    }
+  } else {
+    return TypeError("logit_bias", "an object of token id to bias, or an array of [token id, bias] pairs");
+  }
+  return absl::OkStatus();
+}
+
 // Fields OpenAI clients send that skippy does not implement: accepted with their neutral values only.
 Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest& r) {
   SKIPPY_ASSIGN_OR_RETURN(auto n, GetInt(body, "n"));
@@ -393,9 +435,6 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
   } else if (const json* lp = Get(body, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()) &&
                                                      !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
     return InvalidRequest("unsupported_field", "unsupported: 'logprobs'");
-  }
-  if (const json* lb = Get(body, "logit_bias"); lb && !((lb->is_object() || lb->is_array()) && lb->empty())) {
-    return InvalidRequest("unsupported_field", "unsupported: 'logit_bias' must be empty");
   }
   if (endpoint == Endpoint::kChatCompletions) {
     // Function calling is not implemented: accepted only when it asks for nothing (no tools; a tool
@@ -444,6 +483,7 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   SKIPPY_RETURN_IF_ERROR(ParseStop(body, r));
   SKIPPY_RETURN_IF_ERROR(ParseNeutralFields(endpoint, body, r));
   SKIPPY_RETURN_IF_ERROR(ParseOutputFormat(endpoint, body, r));
+  SKIPPY_RETURN_IF_ERROR(ParseLogitBias(body, r));
   // The sampler's own checks, on the float values it will get (top_p 1e-320 is 0 as a float):
   // every request the engine would refuse is a 400 here, streamed or not.
   if (Status s = runtime::Sampler::Validate(r.sampling); !s.ok()) {
@@ -498,6 +538,9 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   }
   if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
   SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
+  if (Status s = runtime::Sampler::Validate(request.sampling, model.n_vocab()); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat("sampling: ", s.message()));
+  }
   if (Status s = runtime::Sampler::ValidateGrammar(model, request.sampling.grammar); !s.ok()) {
     return InvalidRequest("invalid_grammar", StrCat("field '", request.grammar_field, "': ", s.message()));
   }

@@ -5,7 +5,7 @@
 //   - Unknown fields are rejected (400, code "unknown_field"): a typo such as "max_token" must not
 //     silently run with defaults. Fields OpenAI clients commonly send that skippy does not
 //     implement are accepted only with their neutral value (n = 1,
-//     logprobs false/null, echo false, suffix null/"", logit_bias empty, tools empty, tool_choice
+//     logprobs false/null, echo false, suffix null/"", tools empty, tool_choice
 //     "none"/"auto"; in a message, tool_calls and annotations empty); other values are 400
 //     "unsupported_field".
 //   - Constrained output: `grammar` (GBNF) or `json_schema` on every endpoint, and on chat
