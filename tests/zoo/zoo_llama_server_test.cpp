@@ -99,6 +99,23 @@ TEST_P(LlamaServerOnZoo, ServesHealthAndCompletion) {
   EXPECT_EQ(rendered->text, nlohmann::json::parse(tmpl->body).value("prompt", std::string()));
   EXPECT_FALSE(rendered->message_ends.empty()) << rendered->text;
 
+  // A conversation that ends in an assistant message: llama-server continues it (prefill_assistant).
+  std::vector<skippy::runtime::ChatMessage> prefilled = chat;
+  prefilled.push_back({"assistant", "The Amazon"});
+  nlohmann::json prefilled_json = messages;
+  prefilled_json.push_back({{"role", "assistant"}, {"content", "The Amazon"}});
+  auto tmpl_prefilled = client.Post("/apply-template", nlohmann::json{{"messages", prefilled_json}}.dump(),
+                                    "application/json");
+  ASSERT_TRUE(tmpl_prefilled) << "no response; log tail:\n" << skippy::TailOfFile(log);
+  ASSERT_EQ(tmpl_prefilled->status, 200) << tmpl_prefilled->body;
+  auto rendered_prefilled = skippy::runtime::RenderChat(**loaded, prefilled, true);
+  ASSERT_TRUE(rendered_prefilled.ok()) << rendered_prefilled.status();
+  const std::string continued = nlohmann::json::parse(tmpl_prefilled->body).value("prompt", std::string());
+  EXPECT_EQ(rendered_prefilled->text, continued);
+  EXPECT_NE(continued.find("The Amazon"), std::string::npos) << continued;
+  prefilled.push_back({"assistant", "or the Nile"});
+  EXPECT_EQ(skippy::runtime::RenderChat(**loaded, prefilled, true).status().code(), absl::StatusCode::kInvalidArgument);
+
   // A message whose content came as OpenAI text parts: llama-server passes the parts to a template
   // that reads typed content and joins them with newlines for one that takes a string.
   skippy::runtime::ChatMessage parts{"user", "Name a\n\nriver.", {"Name a", "", "river."}};

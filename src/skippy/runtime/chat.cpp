@@ -11,9 +11,15 @@ namespace skippy::runtime {
 
 namespace {
 
+// A conversation that ends in an assistant message, rendered for generation: llama-server
+// continues that message (its prefill_assistant default) rather than opening another.
+bool ContinuesFinal(const std::vector<ChatMessage>& messages, size_t count, bool add_assistant) {
+  return add_assistant && count > 0 && messages[count - 1].role == "assistant";
+}
+
 // llama-server's rendering of a chat request (no tools; thinking on when the template supports
-// it, as llama-server's default); nullopt when the template throws (some refuse a prefix of a
-// conversation), with what it said in *error.
+// it, as llama-server's default; a final assistant message continued); nullopt when the template
+// throws (some refuse a prefix of a conversation), with what it said in *error.
 std::optional<std::string> RenderJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
                                        size_t count, bool add_assistant, std::string* error = nullptr) {
   if (t == nullptr) return std::nullopt;
@@ -30,6 +36,10 @@ std::optional<std::string> RenderJinja(const common_chat_templates* t, const std
   }
   in.use_jinja = true;
   in.add_generation_prompt = add_assistant;
+  if (ContinuesFinal(messages, count, add_assistant)) {
+    in.add_generation_prompt = false;
+    in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
+  }
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
   try {
     in.enable_thinking = common_chat_templates_support_enable_thinking(t);
@@ -41,6 +51,9 @@ std::optional<std::string> RenderJinja(const common_chat_templates* t, const std
 }
 
 std::string RenderChatMl(const std::vector<ChatMessage>& messages, size_t count, bool add_assistant) {
+  if (ContinuesFinal(messages, count, add_assistant)) {
+    return RenderChatMl(messages, count - 1, true) + messages[count - 1].content;
+  }
   std::string out;
   for (size_t i = 0; i < count; ++i) {
     StrAppend(&out, "<|im_start|>", messages[i].role, "\n", messages[i].content, "<|im_end|>\n");
@@ -52,6 +65,11 @@ std::string RenderChatMl(const std::vector<ChatMessage>& messages, size_t count,
 // llama.cpp's renderer; nullopt when it does not recognise the template.
 std::optional<std::string> RenderWith(const char* tmpl, const std::vector<ChatMessage>& messages, size_t count,
                                       bool add_assistant) {
+  if (ContinuesFinal(messages, count, add_assistant)) {
+    std::optional<std::string> head = RenderWith(tmpl, messages, count - 1, true);
+    if (head) *head += messages[count - 1].content;
+    return head;
+  }
   std::vector<llama_chat_message> chat;
   size_t chars = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -90,6 +108,11 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
   if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role.empty()) return absl::InvalidArgumentError(StrCat("messages[", i, "].role is empty"));
+  }
+  if (add_assistant_prompt && messages.size() >= 2 && messages.back().role == "assistant" &&
+      messages[messages.size() - 2].role == "assistant") {
+    // The final one is continued: which of two would be is not said (llama-server's answer too).
+    return absl::InvalidArgumentError("the conversation ends in two assistant messages; only the last can be continued");
   }
   const char* tmpl = llama_model_chat_template(model.raw(), nullptr);
   const common_chat_templates* jinja = model.ChatTemplates();
@@ -148,7 +171,13 @@ StatusOr<std::vector<Token>> SharedTokens(const Model& model, const std::vector<
 
 StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<ChatMessage> messages,
                                             std::string reply) {
-  messages.push_back({"assistant", std::move(reply)});
+  if (!messages.empty() && messages.back().role == "assistant") {
+    // A continued message: the client sends it back whole, the reply after what it began with.
+    messages.back().content += reply;
+    messages.back().text_parts.clear();
+  } else {
+    messages.push_back({"assistant", std::move(reply)});
+  }
   // Two contents that part at their first character, and neither a space nor a newline, which
   // some tokenizers join to the template's text before them.
   std::vector<std::string> texts;

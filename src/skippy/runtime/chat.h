@@ -3,7 +3,8 @@
 // RenderChat renders like llama-server: the GGUF's template (tokenizer.chat_template) run by
 // llama.cpp's Jinja engine (common_chat_templates, compiled from the pinned tree; without a
 // template, llama.cpp's default), with the assistant header and llama-server's default thinking
-// setting. A template that throws on the messages (raise_exception: roles that do not alternate,
+// setting. A conversation that ends in an assistant message is rendered to continue that message
+// (no end of turn after it, no new header), as llama-server's default prefill_assistant does. A template that throws on the messages (raise_exception: roles that do not alternate,
 // ...) is an InvalidArgument with its message, as llama-server answers an error. If the template
 // does not compile, llama_chat_apply_template's
 // built-in list of well-known templates (ChatML, Llama 3, Gemma, ...) is tried, and then ChatML:
@@ -43,13 +44,13 @@ struct RenderedChat {
   std::vector<size_t> message_ends;  // byte offsets into text, ascending; empty if unknown
 };
 
-// InvalidArgument for no messages, a message with an empty role, or messages the model's template
-// refuses.
+// InvalidArgument for no messages, a message with an empty role, two assistant messages at the end
+// (with add_assistant_prompt), or messages the model's template refuses.
 [[nodiscard]] StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
                                                 bool add_assistant_prompt = true, size_t ends = 2);
 
 // The tokens a conversation's next request starts with when the client sends `reply` back as the
-// assistant's message and adds a user message: `messages`, the reply and a user message rendered
+// assistant's message (appended to the final one where that was continued) and adds a user message: `messages`, the reply and a user message rendered
 // (RenderChat, no assistant header) and tokenized, up to where the user message's content begins
 // (where the tokens of two renderings with different contents part). The reply is the text the
 // client got, not the tokens generated: it may tokenize to other tokens, and the template may
