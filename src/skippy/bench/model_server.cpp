@@ -127,6 +127,7 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
   std::string buffer;
   bool first = true;
   double last_token_ms = 0;
+  double first_event_ms = -1;  // any event: a stream can end without a token event
   httplib::Request req;
   req.method = "POST";
   req.path = "/completion";
@@ -141,6 +142,7 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
       if (event.rfind("data: ", 0) != 0) continue;
       json j = json::parse(event.substr(6), nullptr, false);
       if (j.is_discarded()) continue;
+      if (first_event_ms < 0) first_event_ms = MsSince(t0);
       if (j.contains("timings") && j["timings"].is_object()) run.timings = j["timings"];
       if (j.contains("skippy") && j["skippy"].is_object()) run.skippy = j["skippy"];
       if (j.contains("error")) run.error = j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
@@ -173,8 +175,11 @@ StreamRun StreamCompleteAt(int port, const std::string& prompt, int n_predict, i
     run.error = res ? StrCat("HTTP ", res->status) : StrCat("no response (", httplib::to_string(res.error()), ")");
     return run;
   }
-  run.ok = !first;
-  if (first && run.error.empty()) run.error = "no token events";
+  // Answered: the stream brought its events. One that ended before any token (an end of generation
+  // first, or an error event in place of text) was answered when its first event came.
+  run.ok = first_event_ms >= 0;
+  if (!run.ok) run.error = "no events in the stream";
+  if (run.ok && first) run.ttft_ms = first_event_ms;
   run.tpot_ms = run.tokens > 1 ? (run.total_ms - run.ttft_ms) / (run.tokens - 1) : 0.0;
   return run;
 }

@@ -58,7 +58,7 @@ struct StreamRun {
   std::string content;
   nlohmann::json timings = nlohmann::json::object();  // from the final event, when sent
   nlohmann::json skippy = nlohmann::json::object();   // skippy-server's own block of the final event
-  double ttft_ms = 0;        // request sent -> first token event
+  double ttft_ms = 0;        // request sent -> first token event (first event when none came)
   double total_ms = 0;
   int tokens = 0;
   double tpot_ms = 0;        // (total - ttft) / (tokens - 1)
@@ -73,9 +73,10 @@ struct StreamRun {
   int tokens_predicted = -1;
   std::string stop_type;
 
-  // Streamed tokens and ended without an error event: the request was served. A stream cut short
-  // by an error (llama-server's, when its output parser rejects what the model wrote) is `ok` with
-  // its latencies as the client saw them, but not served.
+  // `ok`: the stream brought events (HTTP 200). Ended without an error event: the request was
+  // served, with no tokens where generation ended at once. A stream cut short by an error
+  // (llama-server's, when its output parser rejects what the model wrote, even before any token)
+  // is `ok` with its latencies as the client saw them, but not served.
   bool served() const { return ok && error.empty(); }
 };
 
