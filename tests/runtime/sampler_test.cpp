@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "skippy/common/strings.h"
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/model.h"
 #include "test_env.h"
@@ -170,6 +171,21 @@ TEST(SamplerGrammar, GrammarsThatDoNotParseAndSchemasThatDoNotConvertAreRefused)
     p.grammar = bad;
     EXPECT_EQ(Sampler::Create(p, **model).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
+  // Bounds on what reaches llama.cpp's parser, which recurses per group (a deep one would overflow
+  // the stack) and writes out every repetition.
+  auto nested = [](int depth) {
+    return "root ::= " + std::string(static_cast<size_t>(depth), '(') + "\"a\"" + std::string(static_cast<size_t>(depth), ')');
+  };
+  EXPECT_TRUE(Sampler::ValidateGrammar(**model, nested(64)).ok());
+  EXPECT_EQ(Sampler::ValidateGrammar(**model, nested(65)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Sampler::ValidateGrammar(**model, nested(200000)).code(), absl::StatusCode::kInvalidArgument);
+  const std::string literal = "\"" + std::string(1000, 'a') + "\"";
+  EXPECT_TRUE(Sampler::ValidateGrammar(**model, "root ::= " + literal + "{100}").ok());
+  EXPECT_EQ(Sampler::ValidateGrammar(**model, "root ::= " + literal + "{1999}").code(), absl::StatusCode::kInvalidArgument);
+  std::string chain;
+  for (int i = 0; i < 5000; ++i) chain += StrCat("r", i, " ::= r", i + 1, "\n");
+  EXPECT_EQ(Sampler::ValidateGrammar(**model, "root ::= r0\n" + chain + "r5000 ::= \"a\"").code(),
+            absl::StatusCode::kInvalidArgument);
   SamplingParams p;
   p.grammar = "root ::= \"a\"";
   EXPECT_EQ(Sampler::Create(p, kVocab).status().code(), absl::StatusCode::kInvalidArgument);  // no vocabulary

@@ -578,7 +578,20 @@ TEST_F(ServerHttp, BadInputIsA4xxAndTheServerStaysHealthy) {
       {"response_format schema not an object", "/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object","schema":5}})", 400},
       {"response_format and json_schema", "/v1/chat/completions",
-       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"json_schema":{}})", 400},
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object","schema":{}},"json_schema":{}})",
+       400},
+      {"grammar past the nesting bound", "/completion",
+       "{\"prompt\":\"x\",\"grammar\":\"root ::= " + std::string(65, '(') + "\\\"a\\\"" + std::string(65, ')') + "\"}", 400},
+      {"grammar writing out too much", "/completion",
+       "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"" + std::string(1000, 'a') + "\\\"{1999}\"}", 400},
+      {"schema with too many refs", "/completion", [] {
+         json defs = json::object(), props = json::object();
+         for (int i = 0; i < 70; ++i) {
+           defs[skippy::StrCat("d", i)] = {{"type", "integer"}};
+           props[skippy::StrCat("p", i)] = {{"$ref", skippy::StrCat("#/$defs/d", i)}};
+         }
+         return json{{"prompt", "x"}, {"json_schema", {{"type", "object"}, {"$defs", defs}, {"properties", props}}}}.dump();
+       }(), 400},
       {"response_format on completions", "/v1/completions", R"({"prompt":"x","response_format":{"type":"text"}})", 400},
       {"logit_bias key not a token id", "/v1/completions", R"({"prompt":"x","logit_bias":{"hello":5}})", 400},
       {"logit_bias past the vocabulary", "/completion", R"({"prompt":"x","logit_bias":{"1000000000":5}})", 400},

@@ -1,8 +1,10 @@
 #include "skippy/runtime/sampler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <exception>
+#include <string_view>
 #include <vector>
 
 #include "common/json-schema-to-grammar.h"  // llama.cpp's converter (cmake/llama_common.cmake)
@@ -42,10 +44,83 @@ Status Sampler::Validate(const SamplingParams& p, int32_t n_vocab) {
 
 namespace {
 
+// Bounds on what llama.cpp's grammar parser is given. It recurses once per nested group and once
+// per rule along a chain of rules (a request could overflow a thread's stack), and it writes out
+// each repetition: "<1,000 characters>"{1999} is about two million elements from a kilobyte of
+// text. kMaxGrammarElements bounds those copies (llama_grammar_element: 8 bytes each).
+constexpr size_t kMaxGrammarBytes = 128 * 1024;
+constexpr int kMaxGrammarNesting = 64;
+constexpr size_t kMaxGrammarRules = 4096;
+constexpr size_t kMaxGrammarElements = 1 << 20;
+
+// A linear scan of GBNF text (comments, literals, classes, groups, repetitions) for the bounds
+// above: the elements each repetition writes out are estimated from the element before it (a
+// literal's or a class's characters; a group or a rule is one reference).
+Status CheckGrammarBounds(std::string_view g) {
+  if (g.size() > kMaxGrammarBytes) {
+    return absl::InvalidArgumentError(StrCat("the grammar has ", g.size(), " bytes, more than ", kMaxGrammarBytes));
+  }
+  int depth = 0;
+  size_t rules = 0, elements = 0, last = 1;  // `last`: the size of the element before a repetition
+  for (size_t i = 0; i < g.size(); ++i) {
+    const char c = g[i];
+    if (c == '#') {
+      while (i < g.size() && g[i] != '\n') ++i;
+    } else if (c == '"' || c == '[') {
+      const char close = c == '"' ? '"' : ']';
+      const size_t start = i;
+      for (++i; i < g.size() && g[i] != close; ++i) {
+        if (g[i] == '\\') ++i;
+      }
+      last = std::max<size_t>(1, i - start);
+      elements += last;
+    } else if (c == '(') {
+      if (++depth > kMaxGrammarNesting) {
+        return absl::InvalidArgumentError(StrCat("the grammar nests groups deeper than ", kMaxGrammarNesting));
+      }
+    } else if (c == ')') {
+      --depth;
+      last = 1;
+    } else if (c == ':' && g.substr(i, 3) == "::=") {
+      if (++rules > kMaxGrammarRules) {
+        return absl::InvalidArgumentError(StrCat("the grammar has more than ", kMaxGrammarRules, " rules"));
+      }
+      i += 2;
+    } else if (c == '*' || c == '+' || c == '?') {
+      elements += 2 * last;
+    } else if (c == '{') {
+      size_t most = 0, n = 0;
+      for (++i; i < g.size() && g[i] != '}'; ++i) {
+        if (g[i] >= '0' && g[i] <= '9') {
+          n = std::min<size_t>(n * 10 + static_cast<size_t>(g[i] - '0'), kMaxGrammarElements);
+        } else {
+          most = std::max(most, n);
+          n = 0;
+        }
+      }
+      most = std::max(most, n) + 1;
+      elements += std::min(most, kMaxGrammarElements) * last;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '<') {
+      if (c == '<') {
+        while (i < g.size() && g[i] != '>') ++i;
+      }
+      last = 1;
+      ++elements;
+    }
+    if (elements > kMaxGrammarElements) {
+      return absl::InvalidArgumentError(
+          StrCat("the grammar writes out more than ", kMaxGrammarElements, " elements (repetitions of long elements)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The grammar sampler for `grammar`, or InvalidArgument with llama.cpp's reason (its parser logs
 // it and returns nullptr: a syntax error, no `root` rule, left recursion, a repetition past its
 // limit).
 StatusOr<llama_sampler*> InitGrammar(const Model& model, const std::string& grammar) {
+  SKIPPY_RETURN_IF_ERROR(CheckGrammarBounds(grammar));
+  (void)TakeLlamaLogTail();  // what the parser logs next is about this grammar
   llama_sampler* g = nullptr;
   try {
     g = llama_sampler_init_grammar(llama_model_get_vocab(model.raw()), grammar.c_str(), "root");
@@ -203,6 +278,19 @@ StatusOr<std::string> TokenPiece(const Model& model, Token token, bool special) 
 }
 
 StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json) {
+  // The converter copies the schema for each reference it resolves and recurses along chains of
+  // them: both bounded here.
+  constexpr size_t kMaxSchemaBytes = 64 * 1024;
+  constexpr size_t kMaxSchemaRefs = 64;
+  if (schema_json.size() > kMaxSchemaBytes) {
+    return absl::InvalidArgumentError(StrCat("the schema has ", schema_json.size(), " bytes, more than ", kMaxSchemaBytes));
+  }
+  size_t refs = 0;
+  for (size_t at = schema_json.find("\"$ref\""); at != std::string::npos; at = schema_json.find("\"$ref\"", at + 1)) {
+    if (++refs > kMaxSchemaRefs) {
+      return absl::InvalidArgumentError(StrCat("the schema has more than ", kMaxSchemaRefs, " $ref"));
+    }
+  }
   try {
     // force_gbnf: llama.cpp built with llguidance would return its own format otherwise.
     return json_schema_to_grammar(common_json::parse(schema_json), /*force_gbnf=*/true);

@@ -77,7 +77,7 @@ class Sampler {
   // is left to sample: the grammar allows none of the vocabulary here (a grammar complete on a
   // vocabulary without an end-of-generation token, or one that needs text no token spells), the
   // logit bias banned every token the grammar allows, or every logit is -infinity or NaN; the
-  // sampler's state is then unchanged.
+  // penalties and the grammar have then seen no token (the random state may have advanced).
   [[nodiscard]] StatusOr<Token> Sample(std::span<const float> logits);
   bool greedy() const { return chain_ == nullptr; }
 

@@ -327,9 +327,10 @@ Status ParseOutputFormat(Endpoint endpoint, const json& body, GenerationRequest&
     if (!type || !type->is_string()) return TypeError("response_format", "an object with a string 'type'");
     const json* wanted = nullptr;
     if (*type == "json_object") {
+      // Without a schema of its own: any object, or the top-level json_schema (as llama-server).
       wanted = Get(*rf, "schema");
-      if (!wanted) wanted = &any_object;
-      schema_field = "response_format.schema";
+      if (!wanted && !schema) wanted = &any_object;
+      if (wanted) schema_field = "response_format.schema";
     } else if (*type == "json_schema") {
       const json* js = Get(*rf, "json_schema");
       if (js && !js->is_object()) return TypeError("response_format.json_schema", "an object");

@@ -1107,9 +1107,20 @@ void Scheduler::EmitToken(int32_t id) {
     FinishLane(id, "length", std::nullopt);
     return;
   }
-  const StatusOr<Token> sampled = lane.sampler->Sample(lane.logits);
+  const Clock::time_point sample_start = Clock::now();
+  StatusOr<Token> sampled = lane.sampler->Sample(lane.logits);
+  if (const double ms = MsBetween(sample_start, Clock::now());
+      sampled.ok() && ms > kMaxGrammarSampleMs && !job.request().sampling.grammar.empty()) {
+    // A grammar's work per token can grow with every token (ambiguous rules multiply its stacks),
+    // and it runs on the engine thread every lane waits for: the request ends at the first token
+    // past the bound, which is at most about twice the bound's worth of stalled steps.
+    sampled = absl::InvalidArgumentError(StrCat("the grammar took ", static_cast<int64_t>(ms),
+                                                " ms to sample one token, more than ", kMaxGrammarSampleMs,
+                                                " ms: simplify it"));
+  }
   if (!sampled.ok()) {
-    // A grammar that allows no token here: the answer so far stands, with the reason.
+    // No token to give (the grammar allows none, every token was banned), or a grammar too dear:
+    // the request ends with the reason (a stream has had the text so far).
     cache_->AfterFirstToken(id, lane.logits);
     FinishLane(id, "", FromStatus(sampled.status()));
     return;

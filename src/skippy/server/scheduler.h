@@ -114,6 +114,10 @@
 
 namespace skippy::server {
 
+// The longest one token's sampling may take with a grammar before its request is ended (an
+// InvalidArgument): the engine thread samples for every lane.
+inline constexpr double kMaxGrammarSampleMs = 1000;
+
 class Scheduler {
  public:
   Scheduler(ServerOptions options, Metrics& metrics);
