@@ -151,7 +151,12 @@ Status Scheduler::Load() {
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
   }
   const bool serves = lo.enabled && engine_->family().enabled;
-  if (serves || options_.tpot_slo_ms > 0) {
+  if (options_.tpot_slo_ms > 0 && !engine_->family().enabled) {
+    // The check is proven on certified families' layouts only.
+    slo_cuts_off_ = StrCat("the family is not certified: ", engine_->family().reason);
+    std::fprintf(stderr, "skippy-server: --tpot-slo-ms cuts no prefill batch: %s\n", slo_cuts_off_.c_str());
+  }
+  if (serves || (options_.tpot_slo_ms > 0 && engine_->family().enabled)) {
     // Restores are exact only if prefill results do not depend on where batches are cut (above
     // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
     // --tpot-slo-ms cuts a prompt's batches where other lanes' steps leave room: with the cache off
