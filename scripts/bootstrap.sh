@@ -214,11 +214,14 @@ resolve_llama() {
     # A tree of the user's own is built as it is, without the patch series.
     [ -f "$LLAMA_CPP_SOURCE_DIR/include/llama.h" ] || die "LLAMA_CPP_SOURCE_DIR=$LLAMA_CPP_SOURCE_DIR is not a llama.cpp tree"
     src=$LLAMA_CPP_SOURCE_DIR
-    # Keyed by its path and contents: a git tree by its commit and uncommitted changes, any other
-    # by its newest file, so an edited tree is built anew rather than served from an older build.
+    # Keyed by its path and contents: a git tree by its commit, uncommitted changes and untracked
+    # files, any other by its newest file, so an edited tree is built anew rather than served from
+    # an older build.
     local tree
     if git -C "$src" rev-parse HEAD >/dev/null 2>&1; then
-      tree=$( { realpath "$src"; git -C "$src" rev-parse HEAD; git -C "$src" diff HEAD; } | sha256sum | cut -c1-12)
+      tree=$( { realpath "$src"; git -C "$src" rev-parse HEAD; git -C "$src" diff HEAD
+                git -C "$src" ls-files -z --others --exclude-standard | (cd "$src" && xargs -0 -r stat -c '%n %Y'); } |
+              sha256sum | cut -c1-12)
     else
       tree=$( { realpath "$src"; find "$src" -type f -printf '%T@ %p\n' | sort -n | tail -1; } | sha256sum | cut -c1-12)
     fi
