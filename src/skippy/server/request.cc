@@ -540,7 +540,7 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   if (out.tokens.empty()) return absl::InvalidArgumentError("the prompt is empty after tokenization");
   SKIPPY_RETURN_IF_ERROR(model.ValidateTokens(out.tokens));
   if (Status s = runtime::Sampler::Validate(request.sampling, model.n_vocab()); !s.ok()) {
-    return absl::InvalidArgumentError(StrCat("sampling: ", s.message()));
+    return InvalidRequest("invalid_request", StrCat("sampling: ", s.message()));  // a logit bias past the vocabulary
   }
   if (Status s = runtime::Sampler::ValidateGrammar(model, request.sampling.grammar); !s.ok()) {
     return InvalidRequest("invalid_grammar", StrCat("field '", request.grammar_field, "': ", s.message()));
