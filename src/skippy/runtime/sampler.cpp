@@ -140,7 +140,8 @@ StatusOr<llama_sampler*> InitGrammar(const Model& model, const std::string& gram
 bool Masked(float logit) { return std::isinf(logit) && logit < 0; }
 
 // The token `chain` samples from `data` (every candidate, or those a grammar left), or greedy's
-// without a chain: the first maximum in id order. -1 when every candidate is masked.
+// without a chain: the first maximum in id order (as std::max_element over the logits). -1 when
+// every candidate is masked.
 Token Pick(llama_sampler* chain, std::vector<llama_token_data>& data) {
   if (chain == nullptr) {
     const auto best = std::max_element(data.begin(), data.end(),
@@ -230,8 +231,17 @@ StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
   if (chain_ == nullptr && grammar_ == nullptr) {
     return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  std::vector<llama_token_data> data = Candidates(logits);
-  Token t = Pick(chain_, data);
+  // Greedy without a chain reads the logits as they are: no candidate array unless the grammar
+  // refuses its token.
+  std::vector<llama_token_data> data;
+  Token t = -1;
+  if (chain_ == nullptr) {
+    t = static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (Masked(logits[static_cast<size_t>(t)])) t = -1;
+  } else {
+    data = Candidates(logits);
+    t = Pick(chain_, data);
+  }
   if (t < 0) return absl::FailedPreconditionError("no token is left to sample: every one is banned or -infinity");
   if (grammar_ != nullptr) {
     // As llama-server: the chain's token stands if the grammar allows it; otherwise the grammar

@@ -150,28 +150,27 @@ Status Scheduler::Load() {
     lo.disabled_reason = StrCat("the family is not certified: ", engine_->family().reason);
     std::fprintf(stderr, "skippy-server: the cache is disabled for this model: %s\n", engine_->family().reason.c_str());
   }
-  const bool serves = lo.enabled && engine_->family().enabled;
-  if (options_.tpot_slo_ms > 0 && !engine_->family().enabled) {
-    // The check is proven on certified families' layouts only.
-    slo_cuts_off_ = StrCat("the family is not certified: ", engine_->family().reason);
-    std::fprintf(stderr, "skippy-server: --tpot-slo-ms cuts no prefill batch: %s\n", slo_cuts_off_.c_str());
-  }
-  if (serves || (options_.tpot_slo_ms > 0 && engine_->family().enabled)) {
-    // Restores are exact only if prefill results do not depend on where batches are cut (above
-    // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
-    // --tpot-slo-ms cuts a prompt's batches where other lanes' steps leave room: with the cache off
-    // too, an answer would then depend on the traffic beside it unless the same proof holds.
+  // Restores are exact only if prefill results do not depend on where batches are cut (above
+  // runtime::MinExactBatch rows); prove it for this model, build and CPU before serving hits.
+  // --tpot-slo-ms cuts a prompt's batches where other lanes' steps leave room: with the cache off
+  // too, an answer would then depend on the traffic beside it unless the same proof holds. The
+  // check is proven on certified families' layouts only.
+  const bool certified = engine_->family().enabled;
+  const bool serves = lo.enabled && certified;
+  std::string cuts_unproven = certified ? "" : StrCat("the family is not certified: ", engine_->family().reason);
+  if (certified && (lo.enabled || options_.tpot_slo_ms > 0)) {
     lane_cache::ServeCheck check = lane_cache::CheckBeforeServing(*engine_);
     batch_split_json_ = std::move(check.report);
+    if (!check.passed) cuts_unproven = check.reason;
     if (!check.passed && serves) {
       lo.enabled = false;
       lo.disabled_reason = check.reason;
       std::fprintf(stderr, "skippy-server: the cache is off: %s\n", check.reason.c_str());
     }
-    if (!check.passed && options_.tpot_slo_ms > 0) {
-      slo_cuts_off_ = check.reason;
-      std::fprintf(stderr, "skippy-server: --tpot-slo-ms cuts no prefill batch: %s\n", check.reason.c_str());
-    }
+  }
+  if (options_.tpot_slo_ms > 0 && !cuts_unproven.empty()) {
+    slo_cuts_off_ = std::move(cuts_unproven);
+    std::fprintf(stderr, "skippy-server: --tpot-slo-ms cuts no prefill batch: %s\n", slo_cuts_off_.c_str());
   }
   if (options_.cut_cost_rows >= 0) {
     cut_cost_json_ = {{"cost_rows", options_.cut_cost_rows}, {"given", true}};
