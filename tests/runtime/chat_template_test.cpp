@@ -7,9 +7,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
-#include "gguf.h"
+#include "../support/chat_template_gguf.h"
 #include "skippy/runtime/chat.h"
 #include "skippy/runtime/llama_backend.h"
 #include "skippy/runtime/model.h"
@@ -29,26 +28,10 @@ constexpr const char* kAlternating =
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<turn>assistant\\n' }}{% endif %}";
 
-// `src` with its tokenizer.chat_template replaced: the new metadata, then src's tensor data.
-void WithTemplate(const std::string& src, const std::string& dst, const char* tmpl) {
-  gguf_init_params params{/*no_alloc=*/true, /*ctx=*/nullptr};
-  gguf_context* g = gguf_init_from_file(src.c_str(), params);
-  ASSERT_NE(g, nullptr);
-  const size_t data_offset = gguf_get_data_offset(g);
-  gguf_set_val_str(g, "tokenizer.chat_template", tmpl);
-  ASSERT_TRUE(gguf_write_to_file(g, dst.c_str(), /*only_meta=*/true));
-  gguf_free(g);
-  std::ifstream in(src, std::ios::binary);
-  in.seekg(static_cast<std::streamoff>(data_offset));
-  std::ofstream out(dst, std::ios::binary | std::ios::app);
-  out << in.rdbuf();
-  ASSERT_TRUE(out.good());
-}
-
 TEST(ChatTemplate, MessagesTheTemplateRefusesAreAnErrorNotAnotherFormat) {
   const std::string path =
       (fs::temp_directory_path() / ("skippy-chat-template-" + std::to_string(::getpid()) + ".gguf")).string();
-  WithTemplate(testing_env::ZooFile("llama"), path, kAlternating);
+  testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path, kAlternating);
   EnsureLlamaBackend();
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok()) << model.status();

@@ -1,6 +1,4 @@
 // Job and Completion without a server: stop strings and what a stream sends while they may match.
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -10,6 +8,7 @@
 #include "nlohmann/json.hpp"
 #include "skippy/server/job.h"
 #include "skippy/server/response.h"
+#include "stream_events.h"
 
 namespace skippy::server {
 namespace {
@@ -42,31 +41,6 @@ TEST(JobStop, AStopStringAcrossPiecesIsFound) {
   EXPECT_TRUE(hit);
   EXPECT_EQ(job.text(), "one");
 }
-
-// A sink that keeps a stream's data events, parsed; Await blocks until it holds n of them.
-struct Events {
-  Events() {
-    sink.write = [this](const char* data, size_t n) {
-      const std::string line(data, n);
-      if (line.rfind("data: ", 0) == 0) {
-        std::lock_guard lock(mu);
-        events.push_back(json::parse(line.substr(6)));
-        cv.notify_all();
-      }
-      return true;
-    };
-    sink.is_writable = [] { return true; };
-    sink.done = [] {};
-  }
-  void Await(size_t n) {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return events.size() >= n; });
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<json> events;
-  httplib::DataSink sink;
-};
 
 // A stream with a stop string holds back its last bytes; the cut must not split a character.
 TEST(CompletionStream, HeldBytesNeverSplitACharacter) {

@@ -1,11 +1,13 @@
 #include "skippy/runtime/chat.h"
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 
 #include "common/chat.h"  // llama.cpp's Jinja engine (cmake/llama_common.cmake)
 #include "llama.h"
 #include "skippy/common/strings.h"
+#include "skippy/runtime/sampler.h"
 
 namespace skippy::runtime {
 
@@ -17,21 +19,26 @@ bool ContinuesFinal(const std::vector<ChatMessage>& messages, size_t count, bool
   return add_assistant && count > 0 && messages[count - 1].role == "assistant";
 }
 
-// llama-server's rendering of a chat request (no tools; thinking on when the template supports
-// it, as llama-server's default; a final assistant message continued); nullopt when the template
-// throws (some refuse a prefix of a conversation), with what it said in *error.
-std::optional<std::string> RenderJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
-                                       size_t count, bool add_assistant, std::string* error = nullptr) {
+// llama-server's rendering of a chat request (thinking on when the template supports it, as
+// llama-server's default; a final assistant message continued; the tools, if any); nullopt when
+// the template throws (some refuse a prefix of a conversation), with what it said in *error.
+std::optional<common_chat_params> ApplyJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
+                                             size_t count, bool add_assistant, const ChatTools* tools,
+                                             std::string* error = nullptr) {
   if (t == nullptr) return std::nullopt;
   common_chat_templates_inputs in;
   for (size_t i = 0; i < count; ++i) {
+    const ChatMessage& msg = messages[i];
     common_chat_msg m;
-    m.role = messages[i].role;
-    if (messages[i].text_parts.empty()) {
-      m.content = messages[i].content;
+    m.role = msg.role;
+    if (msg.text_parts.empty()) {
+      m.content = msg.content;
     } else {
-      for (const std::string& text : messages[i].text_parts) m.content_parts.push_back({"text", text});
+      for (const std::string& text : msg.text_parts) m.content_parts.push_back({"text", text});
     }
+    for (const ToolCall& c : msg.tool_calls) m.tool_calls.push_back({c.name, c.arguments, c.id});
+    m.tool_call_id = msg.tool_call_id;
+    m.tool_name = msg.name;
     in.messages.push_back(std::move(m));
   }
   in.use_jinja = true;
@@ -42,12 +49,88 @@ std::optional<std::string> RenderJinja(const common_chat_templates* t, const std
   }
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
   try {
+    if (tools != nullptr && !tools->tools.empty()) {
+      for (const ChatTool& tool : tools->tools) in.tools.push_back({tool.name, tool.description, tool.parameters});
+      in.tool_choice = tools->choice == ToolChoice::kRequired ? COMMON_CHAT_TOOL_CHOICE_REQUIRED
+                       : tools->choice == ToolChoice::kNone   ? COMMON_CHAT_TOOL_CHOICE_NONE
+                                                              : COMMON_CHAT_TOOL_CHOICE_AUTO;
+      in.parallel_tool_calls = tools->parallel_calls.value_or(common_chat_templates_get_caps(t)["supports_parallel_tool_calls"]);
+    }
     in.enable_thinking = common_chat_templates_support_enable_thinking(t);
-    return common_chat_templates_apply(t, in).prompt;
+    return common_chat_templates_apply(t, in);
   } catch (const std::exception& e) {
     if (error != nullptr) *error = e.what();
     return std::nullopt;
   }
+}
+
+std::optional<std::string> RenderJinja(const common_chat_templates* t, const std::vector<ChatMessage>& messages,
+                                       size_t count, bool add_assistant, const ChatTools* tools) {
+  std::optional<common_chat_params> p = ApplyJinja(t, messages, count, add_assistant, tools);
+  if (!p) return std::nullopt;
+  return std::move(p->prompt);
+}
+
+// What llama-server's sampler and parser take from a chat's parameters (server-schema's
+// preserved_tokens and grammar_triggers, common_sampler_init's trigger patterns and prefill).
+StatusOr<ToolCalling> ToolCallingOf(const Model& model, const common_chat_params& p, const ChatTools& tools) {
+  ToolCalling out;
+  out.grammar = p.grammar;
+  out.grammar_lazy = p.grammar_lazy;
+  out.stops = p.additional_stops;
+  out.generation_prompt = p.generation_prompt;
+  out.parser = p.parser;
+  out.format = static_cast<int>(p.format);
+  out.parse_tool_calls = tools.choice != ToolChoice::kNone;
+  // One token each, as llama-server keeps them (a longer spelling is plain text anyway).
+  auto single_token = [&](const std::string& text) -> StatusOr<std::optional<Token>> {
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> ids, model.Tokenize(text, /*add_special=*/false, /*parse_special=*/true));
+    return ids.size() == 1 ? std::optional<Token>(ids[0]) : std::nullopt;
+  };
+  for (const std::string& t : p.preserved_tokens) {
+    SKIPPY_ASSIGN_OR_RETURN(std::optional<Token> id, single_token(t));
+    if (id) out.preserved_tokens.push_back(*id);
+  }
+  for (const common_grammar_trigger& t : p.grammar_triggers) {
+    switch (t.type) {
+      case COMMON_GRAMMAR_TRIGGER_TYPE_WORD: {
+        SKIPPY_ASSIGN_OR_RETURN(std::optional<Token> id, single_token(t.value));
+        if (id && std::find(out.preserved_tokens.begin(), out.preserved_tokens.end(), *id) != out.preserved_tokens.end()) {
+          out.trigger_tokens.push_back(*id);
+        } else {
+          out.trigger_patterns.push_back(regex_escape(t.value));
+        }
+        break;
+      }
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN: out.trigger_patterns.push_back(t.value); break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: {
+        std::string anchored = "^$";
+        if (!t.value.empty()) {
+          anchored = (t.value.front() != '^' ? "^" : "") + t.value + (t.value.back() != '$' ? "$" : "");
+        }
+        out.trigger_patterns.push_back(std::move(anchored));
+        break;
+      }
+      case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN: out.trigger_tokens.push_back(t.token); break;
+    }
+  }
+  if (!out.grammar.empty() && out.grammar_lazy && out.trigger_patterns.empty() && out.trigger_tokens.empty()) {
+    return absl::InvalidArgumentError("the chat template's tool grammar is lazy but has no triggers");
+  }
+  if (!out.grammar.empty() && !out.grammar_lazy && !p.generation_prompt.empty()) {
+    // The grammar spells the generation prompt the template already wrote; it reads its tokens
+    // first (a space a tokenizer puts before the first special token is not among them).
+    SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> ids,
+                            model.Tokenize(p.generation_prompt, /*add_special=*/false, /*parse_special=*/true));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i == 0 && !std::isspace(static_cast<unsigned char>(p.generation_prompt[0]))) {
+        StatusOr<std::string> piece = TokenPiece(model, ids[i], /*special=*/true);
+        if (piece.ok() && !piece->empty() && std::isspace(static_cast<unsigned char>((*piece)[0]))) continue;
+      }
+      out.grammar_prefill.push_back(ids[i]);
+    }
+  }
+  return out;
 }
 
 std::string RenderChatMl(const std::vector<ChatMessage>& messages, size_t count, bool add_assistant) {
@@ -104,7 +187,7 @@ const common_chat_templates* Model::ChatTemplates() const {
 }
 
 StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMessage>& messages,
-                                  bool add_assistant_prompt, size_t ends) {
+                                  bool add_assistant_prompt, size_t ends, const ChatTools* tools) {
   if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role.empty()) return absl::InvalidArgumentError(StrCat("messages[", i, "].role is empty"));
@@ -114,19 +197,37 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
     // The final one is continued: which of two would be is not said (llama-server's answer too).
     return absl::InvalidArgumentError("the conversation ends in two assistant messages; only the last can be continued");
   }
+  if (add_assistant_prompt && messages.back().role == "assistant" && !messages.back().tool_calls.empty()) {
+    return absl::InvalidArgumentError("the final assistant message has tool calls: it cannot be continued");
+  }
+  if (tools != nullptr && tools->tools.empty()) tools = nullptr;
   const char* tmpl = llama_model_chat_template(model.raw(), nullptr);
   const common_chat_templates* jinja = model.ChatTemplates();
+  if (tools != nullptr && jinja == nullptr) {
+    return absl::InvalidArgumentError("tools need the model's chat template, which llama.cpp could not load");
+  }
+  if (tools != nullptr && tools->active() && !common_chat_templates_get_caps(jinja)["supports_tool_calls"]) {
+    // llama.cpp would render the prompt without them and never parse a call: a client that asked
+    // for a call would get text it cannot tell from an answer.
+    return absl::InvalidArgumentError("the model's chat template does not write tool calls, so this model cannot call tools");
+  }
   enum class How { kJinja, kBuiltIn, kChatMl } how = How::kChatMl;
   RenderedChat out;
   std::string refused;
-  std::optional<std::string> whole = RenderJinja(jinja, messages, messages.size(), add_assistant_prompt, &refused);
-  if (whole) {
+  std::optional<std::string> whole;
+  if (std::optional<common_chat_params> p =
+          ApplyJinja(jinja, messages, messages.size(), add_assistant_prompt, tools, &refused)) {
     how = How::kJinja;
+    whole = std::move(p->prompt);
+    if (tools != nullptr) {
+      SKIPPY_ASSIGN_OR_RETURN(out.tool_calling, ToolCallingOf(model, *p, *tools));
+    }
   } else if (jinja != nullptr) {
     // The model's own template refuses these messages (roles that do not alternate, a role it does
-    // not know): llama-server answers an error, and another template would render a prompt the
-    // model was not trained on.
-    return absl::InvalidArgumentError(StrCat("the model's chat template refused the messages: ", refused));
+    // not know), or llama.cpp finds no call syntax in it for the tools: llama-server answers an
+    // error, and another template would render a prompt the model was not trained on.
+    return absl::InvalidArgumentError(StrCat("the model's chat template refused the messages",
+                                             tools != nullptr ? " or the tools" : "", ": ", refused));
   } else if (tmpl != nullptr && (whole = RenderWith(tmpl, messages, messages.size(), add_assistant_prompt))) {
     how = How::kBuiltIn;
   }
@@ -139,7 +240,7 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
   // Message boundaries: the rendering of the first i+1 messages, if it is a prefix of the whole.
   const size_t first = messages.size() - 1 > ends ? messages.size() - 1 - ends : 0;
   for (size_t i = first; i + 1 < messages.size(); ++i) {
-    std::optional<std::string> part = how == How::kJinja     ? RenderJinja(jinja, messages, i + 1, false)
+    std::optional<std::string> part = how == How::kJinja     ? RenderJinja(jinja, messages, i + 1, false, tools)
                                       : how == How::kBuiltIn ? RenderWith(tmpl, messages, i + 1, false)
                                                              : std::optional(RenderChatMl(messages, i + 1, false));
     if (!part || part->empty() || part->size() >= out.text.size() || out.text.compare(0, part->size(), *part) != 0) {
@@ -192,6 +293,74 @@ StatusOr<std::vector<Token>> NextTurnPrefix(const Model& model, std::vector<Chat
 
 StatusOr<std::vector<Token>> NextTextPrefix(const Model& model, const std::string& text) {
   return SharedTokens(model, {text + "\n", text + " ", text + "x"});
+}
+
+struct ReplyParser::Impl {
+  common_chat_parser_params params;
+};
+
+ReplyParser::ReplyParser(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ReplyParser::~ReplyParser() = default;
+
+StatusOr<std::shared_ptr<const ReplyParser>> ReplyParser::Create(const ToolCalling& calling) {
+  auto impl = std::make_unique<Impl>();
+  common_chat_parser_params& p = impl->params;
+  p.format = static_cast<common_chat_format>(calling.format);
+  p.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // as rendered (and llama-server's default)
+  p.generation_prompt = calling.generation_prompt;
+  p.parse_tool_calls = calling.parse_tool_calls;
+  try {
+    if (!calling.parser.empty()) p.parser.load(calling.parser);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(StrCat("the chat template's reply parser does not load: ", e.what()));
+  }
+  return std::shared_ptr<const ReplyParser>(new ReplyParser(std::move(impl)));
+}
+
+StatusOr<ParsedReply> ReplyParser::Parse(const std::string& text, bool partial) const {
+  common_chat_msg msg;
+  try {
+    msg = common_chat_parse(text, partial, impl_->params);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  ParsedReply out;
+  out.content = std::move(msg.content);
+  out.reasoning_content = std::move(msg.reasoning_content);
+  for (common_chat_tool_call& c : msg.tool_calls) {
+    out.tool_calls.push_back({std::move(c.id), std::move(c.name), std::move(c.arguments)});
+  }
+  return out;
+}
+
+StatusOr<std::vector<ReplyDelta>> ReplyDeltas(const ParsedReply& before, const ParsedReply& after) {
+  auto msg = [](const ParsedReply& r) {
+    common_chat_msg m;
+    m.role = "assistant";
+    m.content = r.content;
+    m.reasoning_content = r.reasoning_content;
+    for (const ToolCall& c : r.tool_calls) m.tool_calls.push_back({c.name, c.arguments, c.id});
+    return m;
+  };
+  std::vector<common_chat_msg_diff> diffs;
+  try {
+    diffs = common_chat_msg_diff::compute_diffs(msg(before), msg(after));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  std::vector<ReplyDelta> out;
+  for (common_chat_msg_diff& d : diffs) {
+    ReplyDelta r;
+    r.content = std::move(d.content_delta);
+    r.reasoning_content = std::move(d.reasoning_content_delta);
+    if (d.tool_call_index != std::string::npos) {
+      r.tool_call_index = d.tool_call_index;
+      r.tool_call = {std::move(d.tool_call_delta.id), std::move(d.tool_call_delta.name),
+                     std::move(d.tool_call_delta.arguments)};
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace skippy::runtime

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -118,13 +119,22 @@ Status CheckGrammarBounds(std::string_view g) {
 // The grammar sampler for `grammar`, or InvalidArgument with llama.cpp's reason (its parser logs
 // it and returns nullptr: a syntax error, no `root` rule, left recursion, a repetition past its
 // limit).
-StatusOr<llama_sampler*> InitGrammar(const Model& model, const std::string& grammar) {
+StatusOr<llama_sampler*> InitGrammar(const Model& model, const std::string& grammar, const SamplingParams* lazy = nullptr) {
   SKIPPY_RETURN_IF_ERROR(CheckGrammarBounds(grammar));
   (void)TakeLlamaLogTail();  // what the parser logs next is about this grammar
   llama_sampler* g = nullptr;
+  const llama_vocab* vocab = llama_model_get_vocab(model.raw());
   try {
-    g = llama_sampler_init_grammar(llama_model_get_vocab(model.raw()), grammar.c_str(), "root");
-  } catch (const std::exception& e) {
+    if (lazy != nullptr) {
+      std::vector<const char*> patterns;
+      for (const std::string& pattern : lazy->grammar_trigger_patterns) patterns.push_back(pattern.c_str());
+      g = llama_sampler_init_grammar_lazy_patterns(vocab, grammar.c_str(), "root", patterns.data(), patterns.size(),
+                                                   lazy->grammar_trigger_tokens.data(),
+                                                   lazy->grammar_trigger_tokens.size());
+    } else {
+      g = llama_sampler_init_grammar(vocab, grammar.c_str(), "root");
+    }
+  } catch (const std::exception& e) {  // std::regex_error from a trigger pattern, among others
     return absl::InvalidArgumentError(StrCat("the grammar does not parse: ", e.what()));
   }
   if (g == nullptr) {
@@ -160,11 +170,43 @@ std::vector<llama_token_data> Candidates(std::span<const float> logits) {
   return data;
 }
 
+// The grammar sampler of `p` (lazy, or having read its prefill), or InvalidArgument.
+StatusOr<llama_sampler*> InitGrammar(const Model& model, const SamplingParams& p) {
+  if (p.grammar_lazy) {
+    if (p.grammar_trigger_patterns.empty() && p.grammar_trigger_tokens.empty()) {
+      return absl::InvalidArgumentError("a lazy grammar needs a trigger");
+    }
+    for (const Token t : p.grammar_trigger_tokens) {
+      if (t < 0 || t >= model.n_vocab()) return absl::InvalidArgumentError(StrCat("trigger token ", t, " is outside the vocabulary"));
+    }
+    return InitGrammar(model, p.grammar, &p);
+  }
+  SKIPPY_ASSIGN_OR_RETURN(llama_sampler * g, InitGrammar(model, p.grammar));
+  for (const Token t : p.grammar_prefill) {
+    try {
+      if (t < 0 || t >= model.n_vocab()) throw std::out_of_range(StrCat("token ", t, " is outside the vocabulary"));
+      // llama.cpp aborts on an end-of-generation token its grammar is not complete at.
+      if (IsEndOfGeneration(model, t)) throw std::invalid_argument("an end-of-generation token");
+      llama_sampler_accept(g, t);
+    } catch (const std::exception& e) {
+      llama_sampler_free(g);
+      return absl::InvalidArgumentError(StrCat("the grammar refuses the text it starts after: ", e.what()));
+    }
+  }
+  return g;
+}
+
 }  // namespace
 
 Status Sampler::ValidateGrammar(const Model& model, const std::string& grammar) {
-  if (grammar.empty()) return absl::OkStatus();
-  SKIPPY_ASSIGN_OR_RETURN(llama_sampler * g, InitGrammar(model, grammar));
+  SamplingParams p;
+  p.grammar = grammar;
+  return ValidateGrammar(model, p);
+}
+
+Status Sampler::ValidateGrammar(const Model& model, const SamplingParams& p) {
+  if (p.grammar.empty()) return absl::OkStatus();
+  SKIPPY_ASSIGN_OR_RETURN(llama_sampler * g, InitGrammar(model, p));
   llama_sampler_free(g);
   return absl::OkStatus();
 }
@@ -189,7 +231,7 @@ StatusOr<std::unique_ptr<Sampler>> Sampler::Make(const SamplingParams& p, int32_
   std::unique_ptr<Sampler> s(new Sampler());
   // The grammar sees the generated tokens only, as llama-server's.
   if (!p.grammar.empty()) {
-    SKIPPY_ASSIGN_OR_RETURN(s->grammar_, InitGrammar(*model, p.grammar));
+    SKIPPY_ASSIGN_OR_RETURN(s->grammar_, InitGrammar(*model, p));
   }
   if (p.temperature <= 0.0f && !p.penalized() && p.logit_bias.empty()) return s;
   llama_sampler_chain_params cp = llama_sampler_chain_default_params();
@@ -287,7 +329,7 @@ StatusOr<std::string> TokenPiece(const Model& model, Token token, bool special) 
   return out;
 }
 
-StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json) {
+Status CheckJsonSchemaBounds(std::string_view schema_json) {
   // The converter copies the schema for each reference it resolves and recurses along chains of
   // them: both bounded here.
   constexpr size_t kMaxSchemaBytes = 64 * 1024;
@@ -301,6 +343,11 @@ StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json) {
       return absl::InvalidArgumentError(StrCat("the schema has more than ", kMaxSchemaRefs, " $ref"));
     }
   }
+  return absl::OkStatus();
+}
+
+StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json) {
+  SKIPPY_RETURN_IF_ERROR(CheckJsonSchemaBounds(schema_json));
   try {
     // force_gbnf: llama.cpp built with llguidance would return its own format otherwise.
     return json_schema_to_grammar(common_json::parse(schema_json), /*force_gbnf=*/true);

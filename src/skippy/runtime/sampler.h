@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,15 @@ struct SamplingParams {
   float frequency_penalty = 0.0f; // subtracted once per occurrence
   float presence_penalty = 0.0f;  // subtracted once for any occurrence
   std::string grammar;            // GBNF with a `root` rule; "": none
+  // A lazy grammar (llama.cpp's) applies from the first trigger on: a generated text that matches
+  // one of the patterns (regular expressions; the grammar then reads the text from the match), or
+  // one of the trigger tokens. At least one trigger when lazy.
+  bool grammar_lazy = false;
+  std::vector<std::string> grammar_trigger_patterns;
+  std::vector<Token> grammar_trigger_tokens;
+  // Tokens a grammar that is not lazy reads before the first generated token (a tool-call grammar
+  // that spells the generation prompt the chat template wrote).
+  std::vector<Token> grammar_prefill;
   // Added to a token's logit before any other sampler, as llama-server's logit_bias: in
   // [-100, 100], or -infinity to ban the token. Token ids below the vocabulary size.
   std::vector<std::pair<Token, float>> logit_bias;
@@ -69,6 +79,9 @@ class Sampler {
   // bias's token ids are not checked); the grammar's with a model.
   [[nodiscard]] static Status Validate(const SamplingParams& params, int32_t n_vocab = 0);
   [[nodiscard]] static Status ValidateGrammar(const Model& model, const std::string& grammar);
+  // The same for the grammar with its triggers and prefill (a trigger pattern that does not
+  // compile, a lazy grammar without triggers, a prefill the grammar refuses).
+  [[nodiscard]] static Status ValidateGrammar(const Model& model, const SamplingParams& params);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
@@ -94,6 +107,9 @@ class Sampler {
 // as JSON text; "{}" accepts any JSON object. InvalidArgument with the converter's reasons for a
 // schema it cannot convert.
 [[nodiscard]] StatusOr<std::string> GrammarFromJsonSchema(const std::string& schema_json);
+// The bounds GrammarFromJsonSchema puts on a schema before llama.cpp's converter sees it (64 KiB,
+// 64 $ref), for schemas that reach the converter another way (a tool's parameters).
+[[nodiscard]] Status CheckJsonSchemaBounds(std::string_view schema_json);
 
 // True for end-of-generation tokens (EOS, EOT, ...). False for ids outside the vocabulary.
 bool IsEndOfGeneration(const Model& model, Token token);

@@ -397,7 +397,9 @@ void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httpli
   if (!prompt.ok()) return SendError(res, FromStatus(prompt.status(), "invalid_prompt"));
   auto max_tokens = CheckBudget(budget, prompt->tokens.size(), request->max_tokens);
   if (!max_tokens.ok()) return SendError(res, FromStatus(max_tokens.status()));
+  if (prompt->tool_calling) ApplyToolCalling(*prompt->tool_calling, *request);
   const size_t n_prompt = prompt->tokens.size();
+  std::shared_ptr<const runtime::ReplyParser> reply_parser = prompt->reply_parser;
   const std::string ns = ComposeNamespace(KeyNamespace(req).value_or(""), request->cache_salt);
   auto job = std::make_shared<Job>(*request, std::move(*prompt), ns, *max_tokens);
   job->OnDone([usage = tenants_.get(), key_ns = KeyNamespace(req).value_or("")](const Job::View& v) {
@@ -409,7 +411,8 @@ void HttpServer::Generate(Endpoint endpoint, const httplib::Request& req, httpli
     return SendError(res, full ? ApiError{503, "server_error", "queue_full", std::string(st.message())}
                                : ApiError{503, "unavailable_error", "unavailable", std::string(st.message())});
   }
-  auto completion = std::make_shared<const Completion>(endpoint, *request, scheduler_->model_name(), n_prompt);
+  auto completion = std::make_shared<const Completion>(endpoint, *request, scheduler_->model_name(), n_prompt,
+                                                      std::move(reply_parser));
   if (!request->stream) {
     // A client that leaves frees its lane at the next token, as a stream's does.
     while (!job->WaitDone(std::chrono::milliseconds(100))) {

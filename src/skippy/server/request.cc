@@ -1,6 +1,7 @@
 #include "skippy/server/request.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -99,6 +100,140 @@ Status ParsePrompt(const json& p, GenerationRequest& r) {
   return TypeError("prompt", "a string, an array of token ids, or a one-element array");
 }
 
+// OpenAI's function names: 1-64 letters, digits, underscores and dashes. They reach the chat
+// template and the tool grammar's rules and trigger patterns.
+bool ValidToolName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
+}
+
+// A message's tool fields: an assistant's tool_calls ([{id, type: "function", function: {name,
+// arguments}}]), a tool result's tool_call_id, and name (a tool result's tool).
+Status ParseToolFields(const json& msg, size_t i, runtime::ChatMessage& cm) {
+  const std::string at = StrCat("messages[", i, "]");
+  SKIPPY_ASSIGN_OR_RETURN(auto name, GetString(msg, "name"));
+  cm.name = name.value_or("");
+  SKIPPY_ASSIGN_OR_RETURN(auto call_id, GetString(msg, "tool_call_id"));
+  cm.tool_call_id = call_id.value_or("");
+  if (call_id && cm.role != "tool") return absl::InvalidArgumentError(StrCat(at, ": tool_call_id belongs to a tool message"));
+  const json* calls = Get(msg, "tool_calls");
+  if (!calls) return absl::OkStatus();
+  if (!calls->is_array()) return TypeError(StrCat(at, ".tool_calls"), "an array");
+  if (!calls->empty() && cm.role != "assistant") {
+    return absl::InvalidArgumentError(StrCat(at, ": only an assistant message has tool_calls"));
+  }
+  for (size_t k = 0; k < calls->size(); ++k) {
+    const json& c = (*calls)[k];
+    const std::string field = StrCat(at, ".tool_calls[", k, "]");
+    if (!c.is_object()) return TypeError(field, "an object");
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      if (it.key() != "id" && it.key() != "type" && it.key() != "function" && it.key() != "index" && !it->is_null()) {
+        return absl::InvalidArgumentError(StrCat(field, ": unsupported field '", it.key(), "'"));
+      }
+    }
+    SKIPPY_ASSIGN_OR_RETURN(auto type, GetString(c, "type"));
+    if (type && *type != "function") return absl::InvalidArgumentError(StrCat(field, ".type must be \"function\""));
+    SKIPPY_ASSIGN_OR_RETURN(auto id, GetString(c, "id"));
+    const json* f = Get(c, "function");
+    if (!f || !f->is_object()) return TypeError(StrCat(field, ".function"), "an object with name and arguments");
+    for (auto it = f->begin(); it != f->end(); ++it) {
+      if (it.key() != "name" && it.key() != "arguments" && !it->is_null()) {
+        return absl::InvalidArgumentError(StrCat(field, ".function: unsupported field '", it.key(), "'"));
+      }
+    }
+    SKIPPY_ASSIGN_OR_RETURN(auto fname, GetString(*f, "name"));
+    if (!fname || fname->empty()) return TypeError(StrCat(field, ".function.name"), "a non-empty string");
+    const json* args = Get(*f, "arguments");
+    runtime::ToolCall call{id.value_or(""), *fname, "{}"};
+    if (args) {
+      // OpenAI sends the arguments as JSON text; some clients send the object itself.
+      if (args->is_string()) {
+        call.arguments = args->get<std::string>();
+      } else if (args->is_object()) {
+        call.arguments = args->dump();
+      } else {
+        return TypeError(StrCat(field, ".function.arguments"), "a JSON string or an object");
+      }
+    }
+    cm.tool_calls.push_back(std::move(call));
+  }
+  return absl::OkStatus();
+}
+
+// OpenAI's tools ([{type: "function", function: {name, description, parameters, strict}}]),
+// tool_choice ("none", "auto", "required") and parallel_tool_calls. Chat only.
+Status ParseTools(const json& body, GenerationRequest& r) {
+  if (const json* t = Get(body, "tools")) {
+    if (!t->is_array()) return TypeError("tools", "an array");
+    constexpr size_t kMaxTools = 128;
+    constexpr size_t kMaxToolSchemaBytes = 64 * 1024;
+    if (t->size() > kMaxTools) return absl::InvalidArgumentError(StrCat("more than ", kMaxTools, " tools"));
+    size_t schema_bytes = 0;
+    for (size_t k = 0; k < t->size(); ++k) {
+      const json& tool = (*t)[k];
+      const std::string field = StrCat("tools[", k, "]");
+      if (!tool.is_object()) return TypeError(field, "an object");
+      for (auto it = tool.begin(); it != tool.end(); ++it) {
+        if (it.key() != "type" && it.key() != "function" && !it->is_null()) {
+          return absl::InvalidArgumentError(StrCat(field, ": unsupported field '", it.key(), "'"));
+        }
+      }
+      SKIPPY_ASSIGN_OR_RETURN(auto type, GetString(tool, "type"));
+      if (!type || *type != "function") {
+        return InvalidRequest("unsupported_field", StrCat(field, ".type: only \"function\" tools are supported"));
+      }
+      const json* f = Get(tool, "function");
+      if (!f || !f->is_object()) return TypeError(StrCat(field, ".function"), "an object");
+      for (auto it = f->begin(); it != f->end(); ++it) {
+        if (it.key() != "name" && it.key() != "description" && it.key() != "parameters" && it.key() != "strict" &&
+            !it->is_null()) {
+          return absl::InvalidArgumentError(StrCat(field, ".function: unsupported field '", it.key(), "'"));
+        }
+      }
+      SKIPPY_ASSIGN_OR_RETURN(auto name, GetString(*f, "name"));
+      if (!name || !ValidToolName(*name)) {
+        return TypeError(StrCat(field, ".function.name"), "1-64 letters, digits, underscores or dashes");
+      }
+      for (const runtime::ChatTool& other : r.tools.tools) {
+        if (other.name == *name) return absl::InvalidArgumentError(StrCat(field, ": a second tool named '", *name, "'"));
+      }
+      SKIPPY_ASSIGN_OR_RETURN(auto description, GetString(*f, "description"));
+      SKIPPY_ASSIGN_OR_RETURN(auto strict, GetBool(*f, "strict"));
+      (void)strict;  // the grammar holds the arguments to the schema either way
+      const json* params = Get(*f, "parameters");
+      if (params && !params->is_object()) return TypeError(StrCat(field, ".function.parameters"), "a JSON schema object");
+      std::string schema = params ? params->dump() : "{}";
+      // llama.cpp's schema converter writes the calls' grammar from it, as from a json_schema.
+      if (Status s = runtime::CheckJsonSchemaBounds(schema); !s.ok()) {
+        return InvalidRequest("invalid_grammar", StrCat(field, ".function.parameters: ", s.message()));
+      }
+      schema_bytes += schema.size();
+      if (schema_bytes > kMaxToolSchemaBytes) {
+        return InvalidRequest("invalid_grammar", StrCat("the tools' parameters have more than ", kMaxToolSchemaBytes,
+                                                        " bytes of JSON schema in all"));
+      }
+      r.tools.tools.push_back({*name, description.value_or(""), std::move(schema)});
+    }
+  }
+  if (const json* tc = Get(body, "tool_choice")) {
+    if (tc->is_object()) {
+      return InvalidRequest("unsupported_field",
+                            "unsupported: 'tool_choice' naming a function; give \"none\", \"auto\" or \"required\"");
+    }
+    if (!tc->is_string() || (*tc != "none" && *tc != "auto" && *tc != "required")) {
+      return TypeError("tool_choice", "\"none\", \"auto\" or \"required\"");
+    }
+    r.tools.choice = *tc == "none"       ? runtime::ToolChoice::kNone
+                     : *tc == "required" ? runtime::ToolChoice::kRequired
+                                         : runtime::ToolChoice::kAuto;
+    if (r.tools.choice == runtime::ToolChoice::kRequired && r.tools.tools.empty()) {
+      return absl::InvalidArgumentError("'tool_choice' \"required\" needs tools");
+    }
+  }
+  SKIPPY_ASSIGN_OR_RETURN(r.tools.parallel_calls, GetBool(body, "parallel_tool_calls"));
+  return absl::OkStatus();
+}
+
 Status ParseMessages(const json& m, GenerationRequest& r, const RequestLimits& limits) {
   if (!m.is_array()) return TypeError("messages", "an array");
   if (m.empty()) return absl::InvalidArgumentError("field 'messages' is empty");
@@ -140,12 +275,13 @@ Status ParseMessages(const json& m, GenerationRequest& r, const RequestLimits& l
     }
     for (auto it = msg.begin(); it != msg.end(); ++it) {
       // An assistant message a client sends back as it got it carries these, null or empty.
-      const bool empty = it->is_null() || ((it.key() == "tool_calls" || it.key() == "annotations") &&
-                                           it->is_array() && it->empty());
-      if (it.key() != "role" && it.key() != "content" && it.key() != "name" && !empty) {
+      const bool empty = it->is_null() || (it.key() == "annotations" && it->is_array() && it->empty());
+      if (it.key() != "role" && it.key() != "content" && it.key() != "name" && it.key() != "tool_calls" &&
+          it.key() != "tool_call_id" && !empty) {
         return absl::InvalidArgumentError(StrCat("messages[", i, "]: unsupported field '", it.key(), "'"));
       }
     }
+    SKIPPY_RETURN_IF_ERROR(ParseToolFields(msg, i, cm));
     r.messages.push_back(std::move(cm));
   }
   return absl::OkStatus();
@@ -437,18 +573,6 @@ Status ParseNeutralFields(Endpoint endpoint, const json& body, GenerationRequest
                                                      !(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
     return InvalidRequest("unsupported_field", "unsupported: 'logprobs'");
   }
-  if (endpoint == Endpoint::kChatCompletions) {
-    // Function calling is not implemented: accepted only when it asks for nothing (no tools; a tool
-    // choice of none or auto among no tools).
-    if (const json* t = Get(body, "tools"); t && !(t->is_array() && t->empty())) {
-      return InvalidRequest("unsupported_field", "unsupported: 'tools' (function calling) must be empty");
-    }
-    if (const json* tc = Get(body, "tool_choice"); tc && !(tc->is_string() && (*tc == "none" || *tc == "auto"))) {
-      return InvalidRequest("unsupported_field", "unsupported: 'tool_choice' must be \"none\" or \"auto\"");
-    }
-    SKIPPY_ASSIGN_OR_RETURN(auto parallel, GetBool(body, "parallel_tool_calls"));
-    (void)parallel;  // no tools, no calls
-  }
   SKIPPY_ASSIGN_OR_RETURN(auto echo, GetBool(body, "echo"));
   if (echo.value_or(false)) return InvalidRequest("unsupported_field", "unsupported: 'echo'");
   SKIPPY_ASSIGN_OR_RETURN(auto suffix, GetString(body, "suffix"));
@@ -484,6 +608,13 @@ StatusOr<GenerationRequest> ParseGenerationRequest(Endpoint endpoint, const json
   SKIPPY_RETURN_IF_ERROR(ParseStop(body, r));
   SKIPPY_RETURN_IF_ERROR(ParseNeutralFields(endpoint, body, r));
   SKIPPY_RETURN_IF_ERROR(ParseOutputFormat(endpoint, body, r));
+  if (endpoint == Endpoint::kChatCompletions) {
+    SKIPPY_RETURN_IF_ERROR(ParseTools(body, r));
+    if (r.tools.active() && !r.sampling.grammar.empty()) {
+      // The calls' grammar is the constraint (llama-server refuses both too).
+      return InvalidRequest("invalid_grammar", StrCat("give either tools or '", r.grammar_field, "', not both"));
+    }
+  }
   SKIPPY_RETURN_IF_ERROR(ParseLogitBias(body, r));
   // The sampler's own checks, on the float values it will get (top_p 1e-320 is 0 as a float):
   // every request the engine would refuse is a 400 here, streamed or not.
@@ -527,8 +658,15 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   } else {
     // Record planning uses the last boundary before the final turn: two ends are looked for (one
     // spare), so rendering and tokenizing stay linear in the number of messages.
-    SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat, runtime::RenderChat(model, request.messages, true, 2));
+    SKIPPY_ASSIGN_OR_RETURN(runtime::RenderedChat chat,
+                            runtime::RenderChat(model, request.messages, true, 2, &request.tools));
     SKIPPY_RETURN_IF_ERROR(fits(chat.text));
+    if (chat.tool_calling) {
+      out.tool_calling = std::move(chat.tool_calling);
+      auto parser = runtime::ReplyParser::Create(*out.tool_calling);
+      if (!parser.ok()) return InvalidRequest("invalid_request", StrCat("tools: ", parser.status().message()));
+      out.reply_parser = *std::move(parser);
+    }
     SKIPPY_ASSIGN_OR_RETURN(out.tokens, model.Tokenize(chat.text, true, true));
     // A message boundary counts only where tokenizing the prefix text gives a prefix of the tokens.
     for (size_t end : chat.message_ends) {
@@ -545,7 +683,27 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
   if (Status s = runtime::Sampler::ValidateGrammar(model, request.sampling.grammar); !s.ok()) {
     return InvalidRequest("invalid_grammar", StrCat("field '", request.grammar_field, "': ", s.message()));
   }
+  if (out.tool_calling) {
+    GenerationRequest with_tools = request;
+    ApplyToolCalling(*out.tool_calling, with_tools);
+    if (Status s = runtime::Sampler::ValidateGrammar(model, with_tools.sampling); !s.ok()) {
+      return InvalidRequest("invalid_grammar", StrCat("field 'tools': ", s.message()));
+    }
+  }
   return out;
+}
+
+void ApplyToolCalling(const runtime::ToolCalling& calling, GenerationRequest& r) {
+  runtime::SamplingParams& s = r.sampling;
+  s.grammar = calling.grammar;
+  s.grammar_lazy = calling.grammar_lazy;
+  s.grammar_trigger_patterns = calling.trigger_patterns;
+  s.grammar_trigger_tokens = calling.trigger_tokens;
+  s.grammar_prefill = calling.grammar_prefill;
+  if (!calling.grammar.empty()) r.grammar_field = "tools";
+  for (const std::string& stop : calling.stops) {
+    if (!stop.empty() && std::find(r.stop.begin(), r.stop.end(), stop) == r.stop.end()) r.stop.push_back(stop);
+  }
 }
 
 Status CheckJsonShape(std::string_view body, const RequestLimits& limits) {

@@ -5,9 +5,13 @@
 //   - Unknown fields are rejected (400, code "unknown_field"): a typo such as "max_token" must not
 //     silently run with defaults. Fields OpenAI clients commonly send that skippy does not
 //     implement are accepted only with their neutral value (n = 1,
-//     logprobs false/null, echo false, suffix null/"", tools empty, tool_choice
-//     "none"/"auto"; in a message, tool_calls and annotations empty); other values are 400
-//     "unsupported_field".
+//     logprobs false/null, echo false, suffix null/""; in a message, annotations empty); other
+//     values are 400 "unsupported_field".
+//   - Function calling (chat): `tools` (function tools), `tool_choice` ("none", "auto",
+//     "required"; naming one function is 400 "unsupported_field") and `parallel_tool_calls`; an
+//     assistant message's `tool_calls` and a tool message's `tool_call_id` and `name`. The tools
+//     are rendered by the chat template and constrain the answer with the grammar llama.cpp derives
+//     for the template (PreparePrompt, ApplyToolCalling); tools beside a grammar or a schema are 400.
 //   - Constrained output: `grammar` (GBNF) or `json_schema` on every endpoint, and on chat
 //     `response_format` {"type": "text" | "json_object" | "json_schema"}, one of them at most,
 //     become SamplingParams::grammar; a schema that does not convert is a 400 here, a grammar that
@@ -23,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +54,7 @@ struct GenerationRequest {
   std::optional<std::string> prompt_text;
   std::optional<std::vector<runtime::Token>> prompt_tokens;
   std::vector<runtime::ChatMessage> messages;
+  runtime::ChatTools tools;  // chat: the functions the model may call
   int64_t max_tokens = -1;  // -1: server default
   runtime::SamplingParams sampling;
   std::string grammar_field;  // the field sampling.grammar came from ("grammar", "json_schema" ...)
@@ -90,6 +96,9 @@ struct PreparedPrompt {
   // Token offsets where chat messages end (empty for a raw prompt): the record plan's turn
   // boundaries and the segments of the prompt's batch classes (cache::BatchClasses).
   std::vector<size_t> message_boundaries;
+  // A chat with tools: how its answer is sampled (ApplyToolCalling) and read back.
+  std::optional<runtime::ToolCalling> tool_calling;
+  std::shared_ptr<const runtime::ReplyParser> reply_parser;
 };
 
 // llama-server's POST /apply-template: {"messages": [...]} -> the prompt text the chat template
@@ -105,6 +114,10 @@ struct PreparedPrompt {
 // tokenizer time or memory.
 [[nodiscard]] StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const GenerationRequest& request,
                                                      size_t max_prompt_tokens = 0);
+
+// A chat with tools runs with the tools' grammar (its triggers and prefill) and the template's stop
+// strings added to the request's.
+void ApplyToolCalling(const runtime::ToolCalling& calling, GenerationRequest& request);
 
 // The limits a tokenized request is checked against (ServerOptions).
 struct Budget {

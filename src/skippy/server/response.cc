@@ -93,6 +93,72 @@ json UsageJson(size_t prompt_tokens, const Job::View& v) {
           {"prompt_tokens_details", {{"cached_tokens", v.timings.cache_n}}}};
 }
 
+// An id for a call the model's format gave none: OpenAI's shape, random (clients key results by it).
+std::string NewToolCallId() {
+  static constexpr char kChars[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof kChars - 1)];
+  return id;
+}
+
+// Each call keeps the id its index got first (the model's, or a new one).
+void AssignToolCallIds(runtime::ParsedReply& reply, std::vector<std::string>& ids) {
+  for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+    if (ids.size() <= i) ids.push_back(reply.tool_calls[i].id.empty() ? NewToolCallId() : reply.tool_calls[i].id);
+    reply.tool_calls[i].id = ids[i];
+  }
+}
+
+// A chat answer with tools read back. `partial`: the text so far of an answer still running. An
+// answer cut by max_tokens is read as a partial one: a call whose arguments were cut stays a call
+// with its arguments cut short (as OpenAI sends them), a call cut before its name was read is
+// left out (as a stream leaves it out while it is written). A whole answer that is not in the
+// template's format is its text as it is.
+StatusOr<runtime::ParsedReply> ReadReply(const runtime::ReplyParser& parser, const std::string& text, bool partial,
+                                         const std::string& finish_reason) {
+  StatusOr<runtime::ParsedReply> reply = parser.Parse(text, partial || finish_reason == "length");
+  if (!partial && !reply.ok()) return runtime::ParsedReply{.content = text};
+  return reply;
+}
+
+// OpenAI's assistant message: content (null beside calls when there is none), reasoning_content
+// (llama-server's) and tool_calls.
+json MessageJson(const runtime::ParsedReply& r) {
+  json m = {{"role", "assistant"}};
+  m["content"] = r.content.empty() && !r.tool_calls.empty() ? json(nullptr) : json(r.content);
+  if (!r.reasoning_content.empty()) m["reasoning_content"] = r.reasoning_content;
+  if (!r.tool_calls.empty()) {
+    json calls = json::array();
+    for (const runtime::ToolCall& c : r.tool_calls) {
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    m["tool_calls"] = std::move(calls);
+  }
+  return m;
+}
+
+// A stream's delta for one change of the parsed answer (OpenAI's chunk delta; a call's id, type
+// and name come with its first delta).
+json DeltaJson(const runtime::ReplyDelta& d) {
+  json delta = json::object();
+  if (!d.reasoning_content.empty()) delta["reasoning_content"] = d.reasoning_content;
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (d.tool_call_index) {
+    json call = {{"index", *d.tool_call_index}};
+    if (!d.tool_call.id.empty()) {
+      call["id"] = d.tool_call.id;
+      call["type"] = "function";
+    }
+    json function = json::object();
+    if (!d.tool_call.name.empty()) function["name"] = d.tool_call.name;
+    if (!d.tool_call.arguments.empty()) function["arguments"] = d.tool_call.arguments;
+    if (!function.empty()) call["function"] = std::move(function);
+    delta["tool_calls"] = json::array({std::move(call)});
+  }
+  return delta;
+}
+
 bool Event(httplib::DataSink& sink, const json& j) {
   const std::string line = StrCat("data: ", Dump(j), "\n\n");
   return sink.write(line.data(), line.size());
@@ -102,7 +168,8 @@ bool Event(httplib::DataSink& sink, const json& j) {
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-Completion::Completion(Endpoint endpoint, const GenerationRequest& request, std::string model, size_t prompt_tokens)
+Completion::Completion(Endpoint endpoint, const GenerationRequest& request, std::string model, size_t prompt_tokens,
+                       std::shared_ptr<const runtime::ReplyParser> parser)
     : endpoint_(endpoint),
       created_(NowSeconds()),
       model_(std::move(model)),
@@ -121,6 +188,11 @@ Completion::Completion(Endpoint endpoint, const GenerationRequest& request, std:
   static std::atomic<uint64_t> next_id{1};
   id_ = StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", process, "-", next_id++);
   for (const auto& st : request.stop) hold_ = std::max(hold_, st.size() - 1);
+  if (endpoint == Endpoint::kChatCompletions) parser_ = std::move(parser);
+}
+
+std::string Completion::FinishReason(const Job::View& v, const runtime::ParsedReply* reply) const {
+  return reply != nullptr && !reply->tool_calls.empty() && v.finish_reason == "stop" ? "tool_calls" : v.finish_reason;
 }
 
 json Completion::Body(const Job::View& v) const {
@@ -143,6 +215,13 @@ json Completion::Body(const Job::View& v) const {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", v.finish_reason}};
   if (endpoint_ == Endpoint::kCompletions) {
     choice["text"] = v.text;
+  } else if (parser_ != nullptr) {
+    StatusOr<runtime::ParsedReply> reply = ReadReply(*parser_, v.text, /*partial=*/false, v.finish_reason);
+    std::vector<std::string> ids;
+    AssignToolCallIds(*reply, ids);
+    choice["message"] = MessageJson(*reply);
+    choice["finish_reason"] = FinishReason(v, &*reply);
+    if (chat_logprobs_) choice["logprobs"] = ChatLogprobsJson(v.logprobs, top_logprobs_);
   } else {
     choice["message"] = {{"role", "assistant"}, {"content", v.text}};
     if (chat_logprobs_) choice["logprobs"] = ChatLogprobsJson(v.logprobs, top_logprobs_);
@@ -177,7 +256,7 @@ json Completion::Chunk(const std::string& text, const std::vector<runtime::Token
   return j;
 }
 
-json Completion::Last(const Job::View& v) const {
+json Completion::Last(const Job::View& v, const StreamState& state) const {
   if (endpoint_ == Endpoint::kLlamaCompletion) {
     return {{"content", ""}, {"stop", true}, {"model", model_},
             {"stop_type", v.finish_reason == "length" ? "limit" : "eos"},
@@ -185,7 +264,7 @@ json Completion::Last(const Job::View& v) const {
             {"tokens_cached", v.timings.cache_n}, {"timings", TimingsJson(v.timings)},
             {"skippy", SkippyJson(v.timings)}};
   }
-  json last = Chunk("", {}, v.finish_reason, {});
+  json last = Chunk("", {}, FinishReason(v, parser_ != nullptr ? &state.reply : nullptr), {});
   last["timings"] = TimingsJson(v.timings);
   last["skippy"] = SkippyJson(v.timings);
   return last;
@@ -217,7 +296,9 @@ bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSi
     if (n_probs_ > 0 && v.logprobs_from + v.logprobs.size() > state.sent_tokens && v.logprobs_from <= state.sent_tokens) {
       probs.assign(v.logprobs.begin() + static_cast<long>(state.sent_tokens - v.logprobs_from), v.logprobs.end());
     }
-    if (!text.empty() || ((return_tokens_ || n_probs_ > 0) && !toks.empty())) {
+    if (parser_ != nullptr) {
+      if (!SendReplyDeltas(v, upto, state, std::move(probs), sink)) return false;
+    } else if (!text.empty() || ((return_tokens_ || n_probs_ > 0) && !toks.empty())) {
       if (!Event(sink, Chunk(text, toks, std::nullopt, probs))) return false;
     }
     state.sent_bytes = upto;
@@ -226,6 +307,30 @@ bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSi
     // Nothing new: a comment line keeps the connection honest (and finds a gone client).
     static const char kPing[] = ": ping\n\n";
     if (!sink.is_writable() || !sink.write(kPing, sizeof kPing - 1)) return false;
+  }
+  return true;
+}
+
+bool Completion::SendReplyDeltas(const Job::View& v, size_t upto, StreamState& state, std::vector<TokenLogprobs> probs,
+                                 httplib::DataSink& sink) const {
+  const bool whole = v.done && upto == v.text.size();
+  StatusOr<runtime::ParsedReply> reply = ReadReply(*parser_, v.text.substr(0, upto), !whole, v.finish_reason);
+  std::vector<runtime::ReplyDelta> deltas;
+  if (reply.ok()) {
+    AssignToolCallIds(*reply, state.tool_ids);
+    // A parse that takes back what was sent (a partial call read otherwise once more text came)
+    // waits for more text.
+    if (StatusOr<std::vector<runtime::ReplyDelta>> d = runtime::ReplyDeltas(state.reply, *reply); d.ok()) {
+      deltas = *std::move(d);
+      state.reply = *std::move(reply);
+    }
+  }
+  if (deltas.empty() && !probs.empty()) deltas.emplace_back();  // the tokens' log-probabilities still go out
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", DeltaJson(deltas[i])}};
+    if (i == 0 && chat_logprobs_ && !probs.empty()) choice["logprobs"] = ChatLogprobsJson(probs, top_logprobs_);
+    json event = StreamEvent(json::array({std::move(choice)}));
+    if (!Event(sink, event)) return false;
   }
   return true;
 }
@@ -254,7 +359,7 @@ bool Completion::Stream(Job& job, StreamState& state, httplib::DataSink& sink) c
       return false;
     }
     if (v.done) {
-      bool ok = Event(sink, Last(v));
+      bool ok = Event(sink, Last(v, state));
       if (ok && include_usage_ && endpoint_ != Endpoint::kLlamaCompletion) ok = Event(sink, UsageChunk(v));
       if (ok && endpoint_ != Endpoint::kLlamaCompletion) {
         static const char kDone[] = "data: [DONE]\n\n";

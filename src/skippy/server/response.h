@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "skippy/runtime/chat.h"
 #include "skippy/server/request.h"
 #include "skippy/server/scheduler.h"
 
@@ -21,9 +22,15 @@ class DataSink;
 
 namespace skippy::server {
 
+// A chat with tools (a `parser`) answers as llama-server does: the generated text is read back
+// into content, reasoning_content and tool_calls (ids made up where the model's format has none,
+// one per call for the whole answer), the finish reason is "tool_calls" when the answer called a
+// tool and stopped, and a stream sends deltas of that parse as the text grows (ReadReply in
+// response.cc says how a cut answer, or one not in the template's format, is read).
 class Completion {
  public:
-  Completion(Endpoint endpoint, const GenerationRequest& request, std::string model, size_t prompt_tokens);
+  Completion(Endpoint endpoint, const GenerationRequest& request, std::string model, size_t prompt_tokens,
+             std::shared_ptr<const runtime::ReplyParser> parser = nullptr);
 
   // The non-streaming body of a finished job (without an error).
   nlohmann::json Body(const Job::View& v) const;
@@ -36,6 +43,8 @@ class Completion {
     size_t sent_tokens = 0;
     size_t sent_bytes = 0;
     bool started = false;
+    runtime::ParsedReply reply;         // with a parser: what the deltas sent so far add up to
+    std::vector<std::string> tool_ids;  // with a parser: the id of each call
   };
   bool Stream(Job& job, StreamState& state, httplib::DataSink& sink) const;
 
@@ -43,13 +52,18 @@ class Completion {
   nlohmann::json Chunk(const std::string& text, const std::vector<runtime::Token>& tokens,
                        const std::optional<std::string>& finish, const std::vector<TokenLogprobs>& probs) const;
   // The chunk that ends a stream: its finish reason, timings and the skippy block.
-  nlohmann::json Last(const Job::View& v) const;
+  nlohmann::json Last(const Job::View& v, const StreamState& state) const;
   // After it with stream_options.include_usage: empty choices and the usage (OpenAI's shape).
   nlohmann::json UsageChunk(const Job::View& v) const;
   // An OpenAI stream event (a chunk): id, object, created and model around `choices`.
   nlohmann::json StreamEvent(nlohmann::json choices) const;
   // Sends what is new in `v`; false when the client went away.
   bool SendNew(const Job::View& v, StreamState& state, httplib::DataSink& sink) const;
+  // SendNew with a parser: the deltas from state.reply to the parse of the text up to `upto`.
+  bool SendReplyDeltas(const Job::View& v, size_t upto, StreamState& state, std::vector<TokenLogprobs> probs,
+                       httplib::DataSink& sink) const;
+  // v's finish reason, "tool_calls" where a parsed answer that stopped called a tool.
+  std::string FinishReason(const Job::View& v, const runtime::ParsedReply* reply) const;
 
   Endpoint endpoint_;
   std::string id_;
@@ -62,6 +76,7 @@ class Completion {
   bool chat_logprobs_;
   int32_t top_logprobs_;
   size_t hold_ = 0;  // bytes held back while a stop string may still match
+  std::shared_ptr<const runtime::ReplyParser> parser_;  // a chat with tools
 };
 
 // The JSON every endpoint uses for bodies and events (no NaN or invalid UTF-8 reaches the client).

@@ -1140,7 +1140,11 @@ void Scheduler::EmitToken(int32_t id) {
     FinishLane(id, "stop", std::nullopt);
     return;
   }
-  auto piece = runtime::TokenPiece(engine_->model(), tok);
+  // A tool call's markers are special tokens the reply parser reads as text (preserved tokens).
+  const std::optional<runtime::ToolCalling>& calling = job.prompt().tool_calling;
+  const bool special = calling && std::find(calling->preserved_tokens.begin(), calling->preserved_tokens.end(), tok) !=
+                                      calling->preserved_tokens.end();
+  auto piece = runtime::TokenPiece(engine_->model(), tok, special);
   bool stop_hit = false;
   std::optional<TokenLogprobs> logprobs;
   if (job.request().n_probs > 0) logprobs = Logprobs(engine_->model(), lane.logits, tok, job.request().n_probs);
@@ -1228,6 +1232,9 @@ lane_cache::NextTurnFn Scheduler::NextTurn(const Lane& lane, bool completed) con
   if (!completed || options_.answer_prefill_idle_ms < 0) return nullptr;
   const GenerationRequest& r = lane.job->request();
   if (r.messages.empty() && !r.prompt_text) return nullptr;  // token ids: the client sends tokens back
+  // With tools the next request renders them and, after a call, goes on with its result, not a
+  // user message: not the turn NextTurnPrefix predicts.
+  if (!r.tools.tools.empty()) return nullptr;
   return [&model = engine_->model(), messages = r.messages, prompt = r.prompt_text.value_or(""),
           text = lane.job->text()]() -> std::optional<std::vector<Token>> {
     // The reply as the client got it: the response's JSON replaces invalid UTF-8.
