@@ -1,10 +1,13 @@
 // Fuzz target: a chat request body through everything that turns messages into prompt tokens:
 // the request parser, the chat template (the GGUF's, run by llama.cpp's Jinja engine, compiled
 // into the target with the same instrumentation), tokenization, the message boundary search and
-// /apply-template. None may crash; what PreparePrompt accepts must be a
-// non-empty prompt of valid tokens with boundaries ascending inside it.
+// /apply-template, and with tools the calls' grammar and the reply parser (run on the last
+// message's text). None may crash; what PreparePrompt accepts must be a non-empty prompt of valid
+// tokens with boundaries ascending inside it.
 //
-// Needs a model: SKIPPY_FUZZ_MODEL, else the tiny zoo's llama (the test suite generates it).
+// Needs a model: SKIPPY_FUZZ_MODEL, else the tiny zoo's llama (the test suite generates it; its
+// template writes no calls, so tools reach the grammar and the parser only with a model whose
+// template does, as tests/support/chat_template_gguf.h writes one).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +56,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t b : p->message_boundaries) {
         if (b <= prev || b >= p->tokens.size()) std::abort();
         prev = b;
+      }
+      // With tools: the reply parser on text from the request (the last message's), whole and
+      // as every prefix a stream would parse, and the deltas between those parses.
+      if (p->reply_parser != nullptr && !r->messages.empty()) {
+        const std::string& text = r->messages.back().content;
+        (void)p->reply_parser->Parse(text, /*partial=*/false);
+        skippy::runtime::ParsedReply sent;
+        std::vector<bool> named;
+        for (size_t n = 0; n <= text.size(); n += 1 + text.size() / 16) {
+          auto part = p->reply_parser->Parse(text.substr(0, n), /*partial=*/true);
+          if (!part.ok()) continue;
+          if (skippy::runtime::StreamDeltas(sent, *part, /*partial=*/true, named).ok()) sent = *std::move(part);
+        }
       }
     }
   }

@@ -28,7 +28,48 @@ using nlohmann::json;
 const ChatTool kWeather{"get_weather", "The weather in a city",
                         R"({"type":"object","properties":{"unit":{"enum":["celsius","fahrenheit"]}},)"
                         R"("required":["unit"],"additionalProperties":false})"};
-const ChatTool kTime{"get_time", "The time", R"({"type":"object","properties":{}})"};
+const ChatTool kTime{"get_time", "The time", R"({"type":"object","properties":{},"additionalProperties":false})"};
+
+// The sampling a chat with tools runs with (server::ApplyToolCalling's part).
+SamplingParams SamplingFor(const ToolCalling& calling) {
+  SamplingParams p;
+  p.grammar = calling.grammar;
+  p.grammar_lazy = calling.grammar_lazy;
+  p.grammar_trigger_patterns = calling.trigger_patterns;
+  p.grammar_trigger_tokens = calling.trigger_tokens;
+  p.grammar_prefill = calling.grammar_prefill;
+  p.reasoning_start = calling.reasoning_start;
+  p.reasoning_end = calling.reasoning_end;
+  p.reasoning_prefill = calling.generation_prompt_tokens;
+  return p;
+}
+
+// Samples from random logits (drawn from `rng`), except that the first tokens are forced to
+// `forced` (each must be what the sampler returns), until `text` holds a closed call; false if
+// none closed within `limit` tokens.
+bool SampleUntilACallCloses(const Model& model, Sampler& sampler, const ToolCalling& calling,
+                            const std::vector<Token>& forced, std::mt19937& rng, std::string& text, size_t limit = 400) {
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  std::vector<float> logits(static_cast<size_t>(model.n_vocab()));
+  for (size_t i = 0; i < limit; ++i) {
+    for (float& l : logits) l = noise(rng);
+    if (i < forced.size()) logits[static_cast<size_t>(forced[i])] = 1000.0f;
+    auto tok = sampler.Sample(logits);
+    EXPECT_TRUE(tok.ok()) << tok.status() << " after " << text;
+    if (!tok.ok()) return false;
+    if (i < forced.size()) EXPECT_EQ(*tok, forced[i]) << "the grammar refused forced text after " << text;
+    if (IsEndOfGeneration(model, *tok)) return false;
+    const bool special = std::find(calling.preserved_tokens.begin(), calling.preserved_tokens.end(), *tok) !=
+                         calling.preserved_tokens.end();
+    text += *TokenPiece(model, *tok, special);
+    // The grammar would let random logits go on to more calls: the first one closed is enough.
+    if (i >= forced.size() && text.find("</tool_call>") != std::string::npos) {
+      text.erase(text.find("</tool_call>") + std::string_view("</tool_call>").size());
+      return true;
+    }
+  }
+  return false;
+}
 
 class ChatToolsTest : public ::testing::Test {
  protected:
@@ -138,7 +179,7 @@ TEST_F(ChatToolsTest, TheParserReadsCallsAndTheDeltasOfAGrowingAnswerAddUpToThem
       content += d.content;
       if (d.tool_call_index) {
         EXPECT_EQ(*d.tool_call_index, 0u);
-        name += d.tool_call.name.substr(std::min(name.size(), d.tool_call.name.size()));
+        name += d.tool_call.name;  // as a client adds them up
         arguments += d.tool_call.arguments;
       }
     }
@@ -155,6 +196,54 @@ TEST_F(ChatToolsTest, TheParserReadsCallsAndTheDeltasOfAGrowingAnswerAddUpToThem
 // the opening and drawn at random after them, the grammar leaves only a call to one of the tools,
 // with arguments its schema allows, which the parser reads back. The same for "auto", whose lazy
 // grammar starts at the opening.
+// A stream names each call once, whole: a name a partial parse read part of waits for the call's
+// arguments (or the end), and later deltas carry arguments only.
+TEST(StreamDeltas, ACallIsNamedOnceWhole) {
+  std::vector<bool> named;
+  ParsedReply before;
+  ParsedReply text{.content = "Let me look."};
+  auto d1 = StreamDeltas(before, text, true, named);
+  ASSERT_TRUE(d1.ok());
+  ASSERT_EQ(d1->size(), 1u);
+  EXPECT_EQ((*d1)[0].content, "Let me look.");
+  ParsedReply growing = text;
+  growing.tool_calls = {{"call_1", "get_", ""}};
+  auto d2 = StreamDeltas(text, growing, true, named);
+  ASSERT_TRUE(d2.ok());
+  EXPECT_TRUE(d2->empty()) << "a name still growing waits";
+  ParsedReply args = text;
+  args.tool_calls = {{"call_1", "get_weather", "{\"unit\""}};
+  auto d3 = StreamDeltas(growing, args, true, named);
+  ASSERT_TRUE(d3.ok());
+  std::string name, arguments, id;
+  for (const ReplyDelta& d : *d3) {
+    ASSERT_EQ(d.tool_call_index, 0u);
+    id += d.tool_call.id;
+    name += d.tool_call.name;
+    arguments += d.tool_call.arguments;
+  }
+  EXPECT_EQ(id, "call_1");
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, "{\"unit\"");
+  ParsedReply more = args;
+  more.tool_calls[0].arguments += ": 1}";
+  more.tool_calls.push_back({"call_2", "get_time", ""});
+  auto d4 = StreamDeltas(args, more, /*partial=*/false, named);
+  ASSERT_TRUE(d4.ok());
+  ASSERT_EQ(d4->size(), 2u);
+  for (const ReplyDelta& d : *d4) {
+    if (d.tool_call_index == 0u) {
+      EXPECT_EQ(d.tool_call.name, "") << "named already";
+      EXPECT_EQ(d.tool_call.id, "");
+      EXPECT_EQ(d.tool_call.arguments, ": 1}");
+    } else {
+      EXPECT_EQ(d.tool_call_index, 1u);
+      EXPECT_EQ(d.tool_call.name, "get_time") << "a call without arguments is named when the answer is whole";
+      EXPECT_EQ(d.tool_call.id, "call_2");
+    }
+  }
+}
+
 TEST_F(ChatToolsTest, OnceACallIsOpenedTheGrammarLeavesOnlyACall) {
   auto opening = model_->Tokenize("<tool_call>\n", /*add_special=*/false, /*parse_special=*/true);
   ASSERT_TRUE(opening.ok()) << opening.status();
@@ -163,36 +252,11 @@ TEST_F(ChatToolsTest, OnceACallIsOpenedTheGrammarLeavesOnlyACall) {
     auto parser = ReplyParser::Create(calling);
     ASSERT_TRUE(parser.ok()) << parser.status();
     for (uint32_t seed = 1; seed <= 2; ++seed) {  // each draw masks the vocabulary per token: seconds
-      SamplingParams p;
-      p.grammar = calling.grammar;
-      p.grammar_lazy = calling.grammar_lazy;
-      p.grammar_trigger_patterns = calling.trigger_patterns;
-      p.grammar_trigger_tokens = calling.trigger_tokens;
-      p.grammar_prefill = calling.grammar_prefill;
-      auto sampler = Sampler::Create(p, *model_);
+      auto sampler = Sampler::Create(SamplingFor(calling), *model_);
       ASSERT_TRUE(sampler.ok()) << sampler.status();
       std::mt19937 rng(seed);
-      std::normal_distribution<float> noise(0.0f, 3.0f);
-      std::vector<float> logits(static_cast<size_t>(model_->n_vocab()));
       std::string text;
-      bool ended = false;
-      for (size_t i = 0; i < 400 && !ended; ++i) {
-        for (float& l : logits) l = noise(rng);
-        if (i < opening->size()) logits[static_cast<size_t>((*opening)[i])] = 1000.0f;
-        auto tok = (*sampler)->Sample(logits);
-        ASSERT_TRUE(tok.ok()) << tok.status() << " after " << text;
-        if (i < opening->size()) ASSERT_EQ(*tok, (*opening)[i]) << "the grammar refused the opening";
-        ended = IsEndOfGeneration(*model_, *tok);
-        if (!ended) {
-          const bool special = std::find(calling.preserved_tokens.begin(), calling.preserved_tokens.end(), *tok) !=
-                               calling.preserved_tokens.end();
-          text += *TokenPiece(*model_, *tok, special);
-          // The grammar would let random logits go on to more calls: the first one closed is enough.
-          ended = text.find("</tool_call>") != std::string::npos;
-        }
-      }
-      ASSERT_TRUE(ended) << "seed " << seed << ": " << text;
-      text.erase(text.find("</tool_call>") + std::string_view("</tool_call>").size());
+      ASSERT_TRUE(SampleUntilACallCloses(*model_, **sampler, calling, *opening, rng, text)) << "seed " << seed << ": " << text;
       auto reply = (*parser)->Parse(text, false);
       ASSERT_TRUE(reply.ok()) << reply.status() << ": " << text;
       ASSERT_FALSE(reply->tool_calls.empty()) << text;
@@ -201,9 +265,52 @@ TEST_F(ChatToolsTest, OnceACallIsOpenedTheGrammarLeavesOnlyACall) {
         const json args = json::parse(c.arguments);
         EXPECT_TRUE(args.is_object()) << text;
         if (c.name == "get_weather") EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << text;
+        if (c.name == "get_time") EXPECT_TRUE(args.empty()) << text;
       }
     }
   }
+}
+
+// On a template that thinks, a call drafted inside the reasoning block does not start the lazy
+// grammar (llama-server keeps the grammar out of the block): "<tool_call>" and text that is no
+// call, inside <think>, are sampled as forced; after </think> the opening starts the grammar, and
+// the parser reads the reasoning apart from the call.
+TEST(ChatToolsThinking, ACallDraftedInTheReasoningDoesNotStartTheGrammar) {
+  const std::string path =
+      (fs::temp_directory_path() / ("skippy-chat-tools-think-" + std::to_string(::getpid()) + ".gguf")).string();
+  testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path, testing_support::kToolCallThinkingTemplate);
+  EnsureLlamaBackend();
+  auto model = Model::Load(path);
+  fs::remove(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ChatTools tools{{kWeather, kTime}, ToolChoice::kAuto, std::nullopt};
+  auto chat = RenderChat(**model, {{"user", "Is it warm?"}}, true, 2, &tools);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_TRUE(chat->tool_calling);
+  const ToolCalling& calling = *chat->tool_calling;
+  ASSERT_TRUE(calling.grammar_lazy);
+  ASSERT_FALSE(calling.reasoning_start.empty());
+  ASSERT_FALSE(calling.reasoning_end.empty());
+  auto sampler = Sampler::Create(SamplingFor(calling), **model);
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  // The tags as their own tokens, as a model whose vocabulary has them as special tokens writes them
+  // (the block is tracked by token sequence, as in llama-server).
+  std::vector<Token> forced;
+  for (const char* part : {"<think>", "\nMaybe <tool_call>\nno call at all\n", "</think>", "\n<tool_call>\n"}) {
+    auto ids = (*model)->Tokenize(part, /*add_special=*/false, /*parse_special=*/true);
+    ASSERT_TRUE(ids.ok());
+    forced.insert(forced.end(), ids->begin(), ids->end());
+  }
+  std::mt19937 rng(7);
+  std::string text;
+  ASSERT_TRUE(SampleUntilACallCloses(**model, **sampler, calling, forced, rng, text)) << text;
+  auto parser = ReplyParser::Create(calling);
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  auto reply = (*parser)->Parse(text, false);
+  ASSERT_TRUE(reply.ok()) << reply.status() << ": " << text;
+  EXPECT_EQ(reply->reasoning_content, "Maybe <tool_call>\nno call at all\n") << text;
+  EXPECT_FALSE(reply->tool_calls.empty()) << text;
+  for (const ToolCall& c : reply->tool_calls) EXPECT_TRUE(c.name == "get_weather" || c.name == "get_time") << text;
 }
 
 // The zoo's models have no template; llama.cpp's default (ChatML) writes no calls.

@@ -39,6 +39,7 @@ std::optional<common_chat_params> ApplyJinja(const common_chat_templates* t, con
     for (const ToolCall& c : msg.tool_calls) m.tool_calls.push_back({c.name, c.arguments, c.id});
     m.tool_call_id = msg.tool_call_id;
     m.tool_name = msg.name;
+    m.reasoning_content = msg.reasoning_content;
     in.messages.push_back(std::move(m));
   }
   in.use_jinja = true;
@@ -117,9 +118,10 @@ StatusOr<ToolCalling> ToolCallingOf(const Model& model, const common_chat_params
   if (!out.grammar.empty() && out.grammar_lazy && out.trigger_patterns.empty() && out.trigger_tokens.empty()) {
     return absl::InvalidArgumentError("the chat template's tool grammar is lazy but has no triggers");
   }
-  if (!out.grammar.empty() && !out.grammar_lazy && !p.generation_prompt.empty()) {
-    // The grammar spells the generation prompt the template already wrote; it reads its tokens
-    // first (a space a tokenizer puts before the first special token is not among them).
+  if (!p.generation_prompt.empty()) {
+    // The tokens of the generation prompt the template already wrote (a space a tokenizer puts
+    // before the first special token is not among them): a grammar that is not lazy spells it and
+    // reads them first; a reasoning block may open in it.
     SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> ids,
                             model.Tokenize(p.generation_prompt, /*add_special=*/false, /*parse_special=*/true));
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -127,7 +129,17 @@ StatusOr<ToolCalling> ToolCallingOf(const Model& model, const common_chat_params
         StatusOr<std::string> piece = TokenPiece(model, ids[i], /*special=*/true);
         if (piece.ok() && !piece->empty() && std::isspace(static_cast<unsigned char>((*piece)[0]))) continue;
       }
-      out.grammar_prefill.push_back(ids[i]);
+      out.generation_prompt_tokens.push_back(ids[i]);
+    }
+  }
+  if (!out.grammar.empty() && !out.grammar_lazy) out.grammar_prefill = out.generation_prompt_tokens;
+  if (!p.thinking_end_tags.empty() && !p.thinking_start_tag.empty()) {
+    SKIPPY_ASSIGN_OR_RETURN(out.reasoning_start,
+                            model.Tokenize(p.thinking_start_tag, /*add_special=*/false, /*parse_special=*/true));
+    for (const std::string& tag : p.thinking_end_tags) {
+      if (tag.empty()) continue;
+      SKIPPY_ASSIGN_OR_RETURN(std::vector<Token> end, model.Tokenize(tag, /*add_special=*/false, /*parse_special=*/true));
+      out.reasoning_end.push_back(std::move(end));
     }
   }
   return out;
@@ -221,6 +233,7 @@ StatusOr<RenderedChat> RenderChat(const Model& model, const std::vector<ChatMess
     whole = std::move(p->prompt);
     if (tools != nullptr) {
       SKIPPY_ASSIGN_OR_RETURN(out.tool_calling, ToolCallingOf(model, *p, *tools));
+      out.tool_calling->continues = ContinuesFinal(messages, messages.size(), add_assistant_prompt);
     }
   } else if (jinja != nullptr) {
     // The model's own template refuses these messages (roles that do not alternate, a role it does
@@ -297,6 +310,7 @@ StatusOr<std::vector<Token>> NextTextPrefix(const Model& model, const std::strin
 
 struct ReplyParser::Impl {
   common_chat_parser_params params;
+  common_chat_msg baseline;  // a continued message: what the parse of no text reads (the prefill)
 };
 
 ReplyParser::ReplyParser(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -309,8 +323,11 @@ StatusOr<std::shared_ptr<const ReplyParser>> ReplyParser::Create(const ToolCalli
   p.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // as rendered (and llama-server's default)
   p.generation_prompt = calling.generation_prompt;
   p.parse_tool_calls = calling.parse_tool_calls;
+  p.is_continuation = calling.continues;
   try {
     if (!calling.parser.empty()) p.parser.load(calling.parser);
+    // As llama-server's stream starts from it, so that the prefill is not sent as a delta.
+    if (calling.continues) impl->baseline = common_chat_parse("", /*is_partial=*/true, p);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(StrCat("the chat template's reply parser does not load: ", e.what()));
   }
@@ -324,6 +341,12 @@ StatusOr<ParsedReply> ReplyParser::Parse(const std::string& text, bool partial) 
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
   }
+  // A continued message: the text it began with is the client's, not the reply's.
+  auto drop_prefill = [](std::string& s, const std::string& prefill) {
+    if (!prefill.empty() && s.compare(0, prefill.size(), prefill) == 0) s.erase(0, prefill.size());
+  };
+  drop_prefill(msg.content, impl_->baseline.content);
+  drop_prefill(msg.reasoning_content, impl_->baseline.reasoning_content);
   ParsedReply out;
   out.content = std::move(msg.content);
   out.reasoning_content = std::move(msg.reasoning_content);
@@ -359,6 +382,50 @@ StatusOr<std::vector<ReplyDelta>> ReplyDeltas(const ParsedReply& before, const P
                      std::move(d.tool_call_delta.arguments)};
     }
     out.push_back(std::move(r));
+  }
+  return out;
+}
+
+StatusOr<std::vector<ReplyDelta>> StreamDeltas(const ParsedReply& before, const ParsedReply& after, bool partial,
+                                               std::vector<bool>& named) {
+  SKIPPY_ASSIGN_OR_RETURN(std::vector<ReplyDelta> all, ReplyDeltas(before, after));
+  named.resize(std::max(named.size(), after.tool_calls.size()), false);
+  std::vector<ReplyDelta> out;
+  auto name = [&](size_t i) {
+    ReplyDelta header;
+    header.tool_call_index = i;
+    header.tool_call.id = after.tool_calls[i].id;
+    header.tool_call.name = after.tool_calls[i].name;
+    out.push_back(std::move(header));
+    named[i] = true;
+  };
+  for (ReplyDelta& d : all) {
+    for (size_t i = 0; i < after.tool_calls.size(); ++i) {
+      if (named[i] || after.tool_calls[i].name.empty()) continue;
+      if (d.tool_call_index != i || !d.tool_call.arguments.empty()) name(i);
+    }
+    if (!d.tool_call_index) {
+      out.push_back(std::move(d));
+      continue;
+    }
+    const size_t i = *d.tool_call_index;
+    if (named[i]) {
+      if (!d.tool_call.arguments.empty()) {
+        d.tool_call.id.clear();
+        d.tool_call.name.clear();
+        out.push_back(std::move(d));
+      }
+    } else if (!d.tool_call.arguments.empty() || !partial) {
+      d.tool_call.id = after.tool_calls[i].id;
+      d.tool_call.name = after.tool_calls[i].name;
+      out.push_back(std::move(d));
+      named[i] = true;
+    }
+  }
+  if (!partial) {
+    for (size_t i = 0; i < after.tool_calls.size(); ++i) {
+      if (!named[i] && !after.tool_calls[i].name.empty()) name(i);
+    }
   }
   return out;
 }

@@ -56,6 +56,7 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls{};  // an assistant's calls
   std::string tool_call_id{};          // a tool result: the call it answers
   std::string name{};                  // a tool result: the tool's name
+  std::string reasoning_content{};     // an assistant's reasoning, as a chat with tools answered it
 };
 
 // A function the model may call (OpenAI's tools entry of type "function").
@@ -85,12 +86,20 @@ struct ToolCalling {
   // Not lazy: the tokens the grammar reads before the first generated one (the generation prompt,
   // which the grammar spells out).
   std::vector<Token> grammar_prefill;
+  // A template that thinks: the tokens that open and close a reasoning block, and the generation
+  // prompt's, for a lazy grammar kept out of the block (SamplingParams::reasoning_start ...).
+  std::vector<Token> reasoning_start;
+  std::vector<std::vector<Token>> reasoning_end;
+  std::vector<Token> generation_prompt_tokens;
   std::vector<Token> preserved_tokens;  // special tokens the answer keeps as text (a call's markers)
   std::vector<std::string> stops;       // more stop strings
   std::string generation_prompt;        // the text the parser reads before the answer
   std::string parser;                   // llama.cpp's serialized PEG parser ("" for content only)
   int format = 0;                       // common_chat_format
   bool parse_tool_calls = true;         // false with tool choice none
+  // The final assistant message is continued: the generation prompt holds what it began with, which
+  // the parser reads but a reply leaves out (the answer is what was generated, as without tools).
+  bool continues = false;
 };
 
 struct RenderedChat {
@@ -145,6 +154,13 @@ class ReplyParser {
 // The deltas that take `before` to `after` (llama.cpp's common_chat_msg_diff). InvalidArgument when
 // `after` does not extend `before` (a call disappeared or its text changed).
 [[nodiscard]] StatusOr<std::vector<ReplyDelta>> ReplyDeltas(const ParsedReply& before, const ParsedReply& after);
+
+// ReplyDeltas as a stream sends them (llama-server's filtered tool-call deltas): each call's id and
+// name go out once, whole, with its first arguments, before a delta of anything else, or when the
+// answer is whole (`partial` false). A partial parse may read a name that is still growing, and
+// clients add up what deltas send. `named` holds, per call, whether its id and name went out.
+[[nodiscard]] StatusOr<std::vector<ReplyDelta>> StreamDeltas(const ParsedReply& before, const ParsedReply& after,
+                                                             bool partial, std::vector<bool>& named);
 
 // The tokens a conversation's next request starts with when the client sends `reply` back as the
 // assistant's message (appended to the final one where that was continued) and adds a user message: `messages`, the reply and a user message rendered

@@ -4,11 +4,13 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
 #include "common/json-schema-to-grammar.h"  // llama.cpp's converter (cmake/llama_common.cmake)
+#include "common/reasoning-budget.h"        // llama.cpp's reasoning-block tracker
 #include "llama.h"
 #include "skippy/common/strings.h"
 #include "skippy/runtime/llama_backend.h"
@@ -232,6 +234,19 @@ StatusOr<std::unique_ptr<Sampler>> Sampler::Make(const SamplingParams& p, int32_
   // The grammar sees the generated tokens only, as llama-server's.
   if (!p.grammar.empty()) {
     SKIPPY_ASSIGN_OR_RETURN(s->grammar_, InitGrammar(*model, p));
+    if (p.grammar_lazy && !p.reasoning_start.empty() && !p.reasoning_end.empty()) {
+      // llama.cpp's reasoning budget, unbounded: it only tracks the block (common_sampler_init).
+      const llama_vocab* vocab = llama_model_get_vocab(model->raw());
+      for (const std::vector<Token>& seq : {p.reasoning_start, p.reasoning_prefill}) {
+        for (const Token t : seq) {
+          if (t < 0 || t >= model->n_vocab()) return absl::InvalidArgumentError("a reasoning token is outside the vocabulary");
+        }
+      }
+      s->vocab_ = vocab;
+      s->reasoning_ = common_reasoning_budget_init(vocab, {p.reasoning_start}, p.reasoning_end, p.reasoning_end.front(),
+                                                   std::numeric_limits<int32_t>::max());
+      for (const Token t : p.reasoning_prefill) llama_sampler_accept(s->reasoning_, t);
+    }
   }
   if (p.temperature <= 0.0f && !p.penalized() && p.logit_bias.empty()) return s;
   llama_sampler_chain_params cp = llama_sampler_chain_default_params();
@@ -267,6 +282,14 @@ StatusOr<std::unique_ptr<Sampler>> Sampler::Make(const SamplingParams& p, int32_
 Sampler::~Sampler() {
   if (chain_ != nullptr) llama_sampler_free(chain_);
   if (grammar_ != nullptr) llama_sampler_free(grammar_);
+  if (reasoning_ != nullptr) llama_sampler_free(reasoning_);
+}
+
+bool Sampler::GrammarApplies() const {
+  if (grammar_ == nullptr) return false;
+  if (reasoning_ == nullptr) return true;
+  const common_reasoning_budget_state state = common_reasoning_budget_get_state(reasoning_);
+  return state == REASONING_BUDGET_IDLE || state == REASONING_BUDGET_DONE;
 }
 
 StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
@@ -285,7 +308,8 @@ StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
     t = Pick(chain_, data);
   }
   if (t < 0) return absl::FailedPreconditionError("no token is left to sample: every one is banned or -infinity");
-  if (grammar_ != nullptr) {
+  const bool apply_grammar = GrammarApplies();
+  if (apply_grammar) {
     // As llama-server: the chain's token stands if the grammar allows it; otherwise the grammar
     // masks every candidate and the chain samples again from what is left.
     llama_token_data one{t, logits[static_cast<size_t>(t)], 0.0f};
@@ -298,11 +322,24 @@ StatusOr<Token> Sampler::Sample(std::span<const float> logits) {
       t = Pick(chain_, data);
       if (t < 0) return absl::FailedPreconditionError("the grammar allows none of the tokens left here");
     }
-    try {
-      llama_sampler_accept(grammar_, t);
-    } catch (const std::exception& e) {
-      return absl::InternalError(StrCat("the grammar refused the token it allowed: ", e.what()));
+  }
+  try {
+    if (reasoning_ != nullptr) {
+      llama_sampler_accept(reasoning_, t);
+      // The block just ended: the grammar reads its end (which may hold a trigger), as in
+      // llama-server (common_sampler_accept).
+      if (grammar_ != nullptr && !apply_grammar && common_reasoning_budget_get_state(reasoning_) == REASONING_BUDGET_DONE) {
+        if (const std::vector<llama_token>* end = common_reasoning_budget_get_end_match(reasoning_)) {
+          for (const llama_token e : *end) {
+            if (llama_vocab_is_eog(vocab_, e)) continue;  // llama.cpp's grammar aborts on one it is not complete at
+            llama_sampler_accept(grammar_, e);
+          }
+        }
+      }
     }
+    if (apply_grammar) llama_sampler_accept(grammar_, t);
+  } catch (const std::exception& e) {
+    return absl::InternalError(StrCat("the grammar refused the token it allowed: ", e.what()));
   }
   if (chain_ != nullptr) llama_sampler_accept(chain_, t);
   return t;

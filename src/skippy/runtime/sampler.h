@@ -31,6 +31,7 @@
 #include "skippy/runtime/model.h"
 
 struct llama_sampler;
+struct llama_vocab;
 
 namespace skippy::runtime {
 
@@ -54,6 +55,13 @@ struct SamplingParams {
   // Tokens a grammar that is not lazy reads before the first generated token (a tool-call grammar
   // that spells the generation prompt the chat template wrote).
   std::vector<Token> grammar_prefill;
+  // A lazy grammar on a template that thinks: inside a reasoning block (from reasoning_start to one
+  // of reasoning_end) the grammar neither applies nor reads, as llama-server's reasoning budget
+  // keeps it out; reasoning_prefill are the tokens before the first generated one (the generation
+  // prompt, which may open the block).
+  std::vector<Token> reasoning_start;
+  std::vector<std::vector<Token>> reasoning_end;
+  std::vector<Token> reasoning_prefill;
   // Added to a token's logit before any other sampler, as llama-server's logit_bias: in
   // [-100, 100], or -infinity to ban the token. Token ids below the vocabulary size.
   std::vector<std::pair<Token, float>> logit_bias;
@@ -98,8 +106,13 @@ class Sampler {
   Sampler() = default;
   static StatusOr<std::unique_ptr<Sampler>> Make(const SamplingParams& params, int32_t n_vocab, const Model* model,
                                                  std::span<const Token> history);
-  llama_sampler* chain_ = nullptr;    // nullptr for greedy
-  llama_sampler* grammar_ = nullptr;  // nullptr without a grammar
+  // Whether the grammar applies to the next token (not inside a reasoning block).
+  bool GrammarApplies() const;
+
+  llama_sampler* chain_ = nullptr;      // nullptr for greedy
+  llama_sampler* grammar_ = nullptr;    // nullptr without a grammar
+  llama_sampler* reasoning_ = nullptr;  // a lazy grammar's reasoning-block tracker, or nullptr
+  const llama_vocab* vocab_ = nullptr;  // with reasoning_
 };
 
 // A GBNF grammar that accepts exactly the JSON texts a JSON schema describes (llama.cpp's

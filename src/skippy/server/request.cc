@@ -108,9 +108,15 @@ bool ValidToolName(const std::string& name) {
 }
 
 // A message's tool fields: an assistant's tool_calls ([{id, type: "function", function: {name,
-// arguments}}]), a tool result's tool_call_id, and name (a tool result's tool).
-Status ParseToolFields(const json& msg, size_t i, runtime::ChatMessage& cm) {
+// arguments}}]) and reasoning_content (as llama-server answers it, sent back), a tool result's
+// tool_call_id, and name (a tool result's tool).
+Status ParseToolFields(const json& msg, size_t i, const RequestLimits& limits, runtime::ChatMessage& cm) {
   const std::string at = StrCat("messages[", i, "]");
+  SKIPPY_ASSIGN_OR_RETURN(auto reasoning, GetString(msg, "reasoning_content"));
+  cm.reasoning_content = reasoning.value_or("");
+  if (reasoning && cm.role != "assistant") {
+    return absl::InvalidArgumentError(StrCat(at, ": reasoning_content belongs to an assistant message"));
+  }
   SKIPPY_ASSIGN_OR_RETURN(auto name, GetString(msg, "name"));
   cm.name = name.value_or("");
   SKIPPY_ASSIGN_OR_RETURN(auto call_id, GetString(msg, "tool_call_id"));
@@ -149,6 +155,11 @@ Status ParseToolFields(const json& msg, size_t i, runtime::ChatMessage& cm) {
       // OpenAI sends the arguments as JSON text; some clients send the object itself.
       if (args->is_string()) {
         call.arguments = args->get<std::string>();
+        // A template may parse the arguments into JSON and walk them recursively (llama.cpp does for
+        // templates that take them as objects): they get the body's nesting bound.
+        if (Status shape = CheckJsonShape(call.arguments, limits); !shape.ok()) {
+          return InvalidRequest("json_too_deep", StrCat(field, ".function.arguments: ", shape.message()));
+        }
       } else if (args->is_object()) {
         call.arguments = args->dump();
       } else {
@@ -277,11 +288,11 @@ Status ParseMessages(const json& m, GenerationRequest& r, const RequestLimits& l
       // An assistant message a client sends back as it got it carries these, null or empty.
       const bool empty = it->is_null() || (it.key() == "annotations" && it->is_array() && it->empty());
       if (it.key() != "role" && it.key() != "content" && it.key() != "name" && it.key() != "tool_calls" &&
-          it.key() != "tool_call_id" && !empty) {
+          it.key() != "tool_call_id" && it.key() != "reasoning_content" && !empty) {
         return absl::InvalidArgumentError(StrCat("messages[", i, "]: unsupported field '", it.key(), "'"));
       }
     }
-    SKIPPY_RETURN_IF_ERROR(ParseToolFields(msg, i, cm));
+    SKIPPY_RETURN_IF_ERROR(ParseToolFields(msg, i, limits, cm));
     r.messages.push_back(std::move(cm));
   }
   return absl::OkStatus();
@@ -694,13 +705,20 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
 }
 
 void ApplyToolCalling(const runtime::ToolCalling& calling, GenerationRequest& r) {
-  runtime::SamplingParams& s = r.sampling;
-  s.grammar = calling.grammar;
-  s.grammar_lazy = calling.grammar_lazy;
-  s.grammar_trigger_patterns = calling.trigger_patterns;
-  s.grammar_trigger_tokens = calling.trigger_tokens;
-  s.grammar_prefill = calling.grammar_prefill;
-  if (!calling.grammar.empty()) r.grammar_field = "tools";
+  if (!calling.grammar.empty()) {
+    // ParseGenerationRequest refused a grammar of the request's own beside tools that may be
+    // called; with tool_choice none the calls have no grammar and the request's stands.
+    runtime::SamplingParams& s = r.sampling;
+    s.grammar = calling.grammar;
+    s.grammar_lazy = calling.grammar_lazy;
+    s.grammar_trigger_patterns = calling.trigger_patterns;
+    s.grammar_trigger_tokens = calling.trigger_tokens;
+    s.grammar_prefill = calling.grammar_prefill;
+    s.reasoning_start = calling.reasoning_start;
+    s.reasoning_end = calling.reasoning_end;
+    s.reasoning_prefill = calling.generation_prompt_tokens;
+    r.grammar_field = "tools";
+  }
   for (const std::string& stop : calling.stops) {
     if (!stop.empty() && std::find(r.stop.begin(), r.stop.end(), stop) == r.stop.end()) r.stop.push_back(stop);
   }

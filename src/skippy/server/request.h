@@ -9,9 +9,10 @@
 //     values are 400 "unsupported_field".
 //   - Function calling (chat): `tools` (function tools), `tool_choice` ("none", "auto",
 //     "required"; naming one function is 400 "unsupported_field") and `parallel_tool_calls`; an
-//     assistant message's `tool_calls` and a tool message's `tool_call_id` and `name`. The tools
-//     are rendered by the chat template and constrain the answer with the grammar llama.cpp derives
-//     for the template (PreparePrompt, ApplyToolCalling); tools beside a grammar or a schema are 400.
+//     assistant message's `tool_calls` (arguments within max_json_depth) and `reasoning_content`,
+//     and a tool message's `tool_call_id` and `name`. The tools are rendered by the chat template
+//     and constrain the answer with the grammar llama.cpp derives for the template (PreparePrompt,
+//     ApplyToolCalling); tools that may be called beside a grammar or a schema are 400.
 //   - Constrained output: `grammar` (GBNF) or `json_schema` on every endpoint, and on chat
 //     `response_format` {"type": "text" | "json_object" | "json_schema"}, one of them at most,
 //     become SamplingParams::grammar; a schema that does not convert is a 400 here, a grammar that

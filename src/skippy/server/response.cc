@@ -288,7 +288,10 @@ bool Completion::SendNew(const Job::View& v, StreamState& state, httplib::DataSi
   const size_t upto_held = v.text.size() - std::min(hold_, v.text.size());
   size_t upto = v.done ? v.text.size() : Utf8SafeLength(std::string_view(v.text).substr(0, upto_held));
   upto = std::max(upto, state.sent_bytes);
-  if (upto > state.sent_bytes || v.tokens.size() > state.sent_tokens) {
+  // With a parser the finished answer is parsed whole once more: the last poll may have seen all
+  // of its text, parsed as a partial answer.
+  const bool parse_whole = parser_ != nullptr && v.done && !state.parsed_whole;
+  if (upto > state.sent_bytes || v.tokens.size() > state.sent_tokens || parse_whole) {
     const std::vector<runtime::Token> toks(
         v.tokens.begin() + static_cast<long>(std::min(state.sent_tokens, v.tokens.size())), v.tokens.end());
     const std::string text = v.text.substr(state.sent_bytes, upto - state.sent_bytes);
@@ -320,11 +323,12 @@ bool Completion::SendReplyDeltas(const Job::View& v, size_t upto, StreamState& s
     AssignToolCallIds(*reply, state.tool_ids);
     // A parse that takes back what was sent (a partial call read otherwise once more text came)
     // waits for more text.
-    if (StatusOr<std::vector<runtime::ReplyDelta>> d = runtime::ReplyDeltas(state.reply, *reply); d.ok()) {
+    if (auto d = runtime::StreamDeltas(state.reply, *reply, /*partial=*/!whole, state.named); d.ok()) {
       deltas = *std::move(d);
       state.reply = *std::move(reply);
     }
   }
+  state.parsed_whole = whole;
   if (deltas.empty() && !probs.empty()) deltas.emplace_back();  // the tokens' log-probabilities still go out
   for (size_t i = 0; i < deltas.size(); ++i) {
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", DeltaJson(deltas[i])}};

@@ -45,6 +45,8 @@ class Completion {
     bool started = false;
     runtime::ParsedReply reply;         // with a parser: what the deltas sent so far add up to
     std::vector<std::string> tool_ids;  // with a parser: the id of each call
+    std::vector<bool> named;            // with a parser: whether each call's id and name went out
+    bool parsed_whole = false;          // with a parser: the finished answer was parsed
   };
   bool Stream(Job& job, StreamState& state, httplib::DataSink& sink) const;
 
