@@ -196,6 +196,21 @@ TEST_F(ChatToolsTest, TheParserReadsCallsAndTheDeltasOfAGrowingAnswerAddUpToThem
 // the opening and drawn at random after them, the grammar leaves only a call to one of the tools,
 // with arguments its schema allows, which the parser reads back. The same for "auto", whose lazy
 // grammar starts at the opening.
+// A continued assistant message: the reply is what was generated after it, as without tools.
+TEST_F(ChatToolsTest, AContinuedMessagesReplyLeavesOutWhatItBeganWith) {
+  ChatTools tools{{kWeather}, ToolChoice::kAuto, std::nullopt};
+  auto chat = RenderChat(*model_, {{"user", "Is it warm?"}, {"assistant", "Let me"}}, true, 2, &tools);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_TRUE(chat->tool_calling);
+  EXPECT_TRUE(chat->tool_calling->continues);
+  EXPECT_TRUE(chat->text.ends_with("Let me")) << chat->text;
+  auto parser = ReplyParser::Create(*chat->tool_calling);
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  auto reply = (*parser)->Parse(" look.", false);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->content, " look.");
+}
+
 // A stream names each call once, whole: a name a partial parse read part of waits for the call's
 // arguments (or the end), and later deltas carry arguments only.
 TEST(StreamDeltas, ACallIsNamedOnceWhole) {
