@@ -30,17 +30,10 @@ const ChatTool kWeather{"get_weather", "The weather in a city",
                         R"("required":["unit"],"additionalProperties":false})"};
 const ChatTool kTime{"get_time", "The time", R"({"type":"object","properties":{},"additionalProperties":false})"};
 
-// The sampling a chat with tools runs with (server::ApplyToolCalling's part).
+// The sampling a chat with tools runs with, greedy.
 SamplingParams SamplingFor(const ToolCalling& calling) {
   SamplingParams p;
-  p.grammar = calling.grammar;
-  p.grammar_lazy = calling.grammar_lazy;
-  p.grammar_trigger_patterns = calling.trigger_patterns;
-  p.grammar_trigger_tokens = calling.trigger_tokens;
-  p.grammar_prefill = calling.grammar_prefill;
-  p.reasoning_start = calling.reasoning_start;
-  p.reasoning_end = calling.reasoning_end;
-  p.reasoning_prefill = calling.generation_prompt_tokens;
+  ConstrainToCalls(calling, p);
   return p;
 }
 
@@ -76,7 +69,7 @@ class ChatToolsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     path_ = (fs::temp_directory_path() / ("skippy-chat-tools-" + std::to_string(::getpid()) + ".gguf")).string();
     testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path_,
-                                           testing_support::kToolCallTemplate);
+                                           testing_support::ToolCallTemplate());
     EnsureLlamaBackend();
     auto m = Model::Load(path_);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -293,7 +286,7 @@ TEST_F(ChatToolsTest, OnceACallIsOpenedTheGrammarLeavesOnlyACall) {
 TEST(ChatToolsThinking, ACallDraftedInTheReasoningDoesNotStartTheGrammar) {
   const std::string path =
       (fs::temp_directory_path() / ("skippy-chat-tools-think-" + std::to_string(::getpid()) + ".gguf")).string();
-  testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path, testing_support::kToolCallThinkingTemplate);
+  testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path, testing_support::ToolCallTemplate(/*thinking=*/true));
   EnsureLlamaBackend();
   auto model = Model::Load(path);
   fs::remove(path);

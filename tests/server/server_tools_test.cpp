@@ -45,7 +45,7 @@ class ServerTools : public ::testing::Test {
   static void SetUpTestSuite() {
     path_ = (fs::temp_directory_path() / ("skippy-server-tools-" + std::to_string(::getpid()) + ".gguf")).string();
     skippy::testing_support::WriteWithChatTemplate(skippy::server_test::ZooFile("llama"), path_,
-                                                   skippy::testing_support::kToolCallTemplate);
+                                                   skippy::testing_support::ToolCallTemplate());
     server_ = ServerProcess::Start(path_, {"-c", "1024", "-np", "2"}, "tools").release();
     no_cache_ = ServerProcess::Start(path_, {"-c", "1024", "-np", "1", "--no-cache"}, "tools-no-cache").release();
   }

@@ -30,7 +30,7 @@ class ToolReply : public ::testing::Test {
   static void SetUpTestSuite() {
     const std::string path =
         (fs::temp_directory_path() / ("skippy-tool-reply-" + std::to_string(::getpid()) + ".gguf")).string();
-    testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path, testing_support::kToolCallTemplate);
+    testing_support::WriteWithChatTemplate(testing_env::ZooFile("llama"), path, testing_support::ToolCallTemplate());
     runtime::EnsureLlamaBackend();
     auto model = runtime::Model::Load(path);
     fs::remove(path);
@@ -117,26 +117,31 @@ TEST_F(ToolReply, ABodyHasTheCallsAndTheTextBeforeThem) {
 // changed; the calls' deltas add up to the body's calls, with the id and the whole name once, in
 // the first. The answer is parsed whole at the end, also when the last poll saw all its text
 // (`settle`: the job finishes a while after its last token, or at once).
-class ToolReplyStream : public ToolReply, public ::testing::WithParamInterface<bool> {};
+class ToolReplyStream : public ToolReply, public ::testing::WithParamInterface<bool> {
+ protected:
+  // The events of a stream of a job whose model writes `pieces`, one token each, then stops.
+  static std::vector<json> Streamed(const std::vector<std::string>& pieces, bool settle) {
+    auto job = Wrote({}, "", true);
+    const Completion completion(Endpoint::kChatCompletions, job->request(), "m", 3, *parser_);
+    Events out;
+    Completion::StreamState state;
+    std::thread streaming([&] { completion.Stream(*job, state, out.sink); });
+    bool hit = false;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      job->Append(static_cast<runtime::Token>(10 + i), pieces[i], &hit);
+      // A poll sees each token (it wakes on every one); with `settle`, the last one too.
+      if (settle || i + 1 < pieces.size()) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    job->Finish("stop", std::nullopt, {});
+    streaming.join();
+    EXPECT_TRUE(out.done_marker);
+    return out.events;
+  }
+};
 
 TEST_P(ToolReplyStream, DeltasAddUpToTheCalls) {
-  const bool settle = GetParam();
-  auto job = Wrote({}, "", true);
-  const Completion completion(Endpoint::kChatCompletions, job->request(), "m", 3, *parser_);
-  Events out;
-  Completion::StreamState state;
-  std::thread streaming([&] { completion.Stream(*job, state, out.sink); });
-  bool hit = false;
-  for (size_t i = 0; i < kCall.size(); ++i) {
-    job->Append(static_cast<runtime::Token>(10 + i), kCall[i], &hit);
-    // A poll sees each token (it wakes on every one); with `settle`, the last one too.
-    if (settle || i + 1 < kCall.size()) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  }
-  job->Finish("stop", std::nullopt, {});
-  streaming.join();
-  EXPECT_TRUE(out.done_marker);
   std::string content, id, name, arguments, finish;
-  for (const json& e : out.events) {
+  for (const json& e : Streamed(kCall, GetParam())) {
     const json& choice = e["choices"][0];
     if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
     content += choice["delta"].value("content", "");
@@ -165,27 +170,14 @@ TEST_P(ToolReplyStream, DeltasAddUpToTheCalls) {
 // Text whose end could begin a call's opening ("<") is held back while the answer runs; what the
 // stream sent in all is the body's content.
 TEST_P(ToolReplyStream, TheStreamedTextIsTheBodys) {
-  const bool settle = GetParam();
   const std::vector<std::string> pieces = {"Warm, and 3 <", " 4 <"};
   auto whole = Wrote(pieces, "stop", false);
   const Completion body(Endpoint::kChatCompletions, whole->request(), "m", 3, *parser_);
   const std::string expected = body.Body(whole->Wait())["choices"][0]["message"]["content"];
   EXPECT_EQ(expected.substr(0, 11), "Warm, and 3");
 
-  auto job = Wrote({}, "", true);
-  const Completion completion(Endpoint::kChatCompletions, job->request(), "m", 3, *parser_);
-  Events out;
-  Completion::StreamState state;
-  std::thread streaming([&] { completion.Stream(*job, state, out.sink); });
-  bool hit = false;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    job->Append(static_cast<runtime::Token>(10 + i), pieces[i], &hit);
-    if (settle || i + 1 < pieces.size()) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  }
-  job->Finish("stop", std::nullopt, {});
-  streaming.join();
   std::string content;
-  for (const json& e : out.events) content += e["choices"][0]["delta"].value("content", "");
+  for (const json& e : Streamed(pieces, GetParam())) content += e["choices"][0]["delta"].value("content", "");
   EXPECT_EQ(content, expected);
 }
 

@@ -308,6 +308,18 @@ StatusOr<std::vector<Token>> NextTextPrefix(const Model& model, const std::strin
   return SharedTokens(model, {text + "\n", text + " ", text + "x"});
 }
 
+void ConstrainToCalls(const ToolCalling& calling, SamplingParams& params) {
+  if (calling.grammar.empty()) return;
+  params.grammar = calling.grammar;
+  params.grammar_lazy = calling.grammar_lazy;
+  params.grammar_trigger_patterns = calling.trigger_patterns;
+  params.grammar_trigger_tokens = calling.trigger_tokens;
+  params.grammar_prefill = calling.grammar_prefill;
+  params.reasoning_start = calling.reasoning_start;
+  params.reasoning_end = calling.reasoning_end;
+  params.reasoning_prefill = calling.generation_prompt_tokens;
+}
+
 struct ReplyParser::Impl {
   common_chat_parser_params params;
   common_chat_msg baseline;  // a continued message: what the parse of no text reads (the prefill)

@@ -36,6 +36,7 @@
 
 #include "skippy/common/status.h"
 #include "skippy/runtime/model.h"
+#include "skippy/runtime/sampler.h"
 
 namespace skippy::runtime {
 
@@ -101,6 +102,10 @@ struct ToolCalling {
   // the parser reads but a reply leaves out (the answer is what was generated, as without tools).
   bool continues = false;
 };
+
+// Sets `params`' grammar to the calls' (with its triggers, prefill and reasoning block), where the
+// calls have a grammar (not with tool choice none, on most templates); leaves it otherwise.
+void ConstrainToCalls(const ToolCalling& calling, SamplingParams& params);
 
 struct RenderedChat {
   std::string text;

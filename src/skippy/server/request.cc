@@ -705,20 +705,10 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
 }
 
 void ApplyToolCalling(const runtime::ToolCalling& calling, GenerationRequest& r) {
-  if (!calling.grammar.empty()) {
-    // ParseGenerationRequest refused a grammar of the request's own beside tools that may be
-    // called; with tool_choice none the calls have no grammar and the request's stands.
-    runtime::SamplingParams& s = r.sampling;
-    s.grammar = calling.grammar;
-    s.grammar_lazy = calling.grammar_lazy;
-    s.grammar_trigger_patterns = calling.trigger_patterns;
-    s.grammar_trigger_tokens = calling.trigger_tokens;
-    s.grammar_prefill = calling.grammar_prefill;
-    s.reasoning_start = calling.reasoning_start;
-    s.reasoning_end = calling.reasoning_end;
-    s.reasoning_prefill = calling.generation_prompt_tokens;
-    r.grammar_field = "tools";
-  }
+  // ParseGenerationRequest refused a grammar of the request's own beside tools that may be called;
+  // with tool_choice none the calls have no grammar and the request's stands.
+  runtime::ConstrainToCalls(calling, r.sampling);
+  if (!calling.grammar.empty()) r.grammar_field = "tools";
   for (const std::string& stop : calling.stops) {
     if (!stop.empty() && std::find(r.stop.begin(), r.stop.end(), stop) == r.stop.end()) r.stop.push_back(stop);
   }
