@@ -695,9 +695,10 @@ StatusOr<PreparedPrompt> PreparePrompt(const runtime::Model& model, const Genera
     return InvalidRequest("invalid_grammar", StrCat("field '", request.grammar_field, "': ", s.message()));
   }
   if (out.tool_calling) {
-    GenerationRequest with_tools = request;
-    ApplyToolCalling(*out.tool_calling, with_tools);
-    if (Status s = runtime::Sampler::ValidateGrammar(model, with_tools.sampling); !s.ok()) {
+    // The sampling ApplyToolCalling will give the request (a copy of it, not of the whole request).
+    runtime::SamplingParams with_tools = request.sampling;
+    runtime::ConstrainToCalls(*out.tool_calling, with_tools);
+    if (Status s = runtime::Sampler::ValidateGrammar(model, with_tools); !s.ok()) {
       return InvalidRequest("invalid_grammar", StrCat("field 'tools': ", s.message()));
     }
   }
